@@ -1,0 +1,18 @@
+/**
+ * @file gpumem.h
+ * @brief The whole gpumem API: include this one header.
+ *
+ * gpumem manages GPU memory of every kind behind a stable C ABI. See README.md and docs/ for a
+ * tour; each area has its own header beside this one.
+ */
+#ifndef GPUMEM_H
+#define GPUMEM_H
+
+#include "core.h"
+#include "device.h"
+#include "memory.h"
+#include "copy.h"
+#include "array.h"
+#include "pointer.h"
+
+#endif /* GPUMEM_H */

@@ -1,0 +1,54 @@
+// The one wrapper around every extern "C" body: exceptions become statuses and details.
+#pragma once
+
+#include <cstring>
+#include <new>
+
+#include "core/error.hpp"
+
+namespace gpumem::capi {
+
+template <class Body>
+gpumem_status_t guard(Body&& body) noexcept {
+  try {
+    body();
+    return GPUMEM_SUCCESS;
+  } catch (const Error& e) {
+    record_failure(e.status(), e.what(), e.cuda_result());
+    return e.status();
+  } catch (const std::bad_alloc&) {
+    record_failure(GPUMEM_ERROR_OUT_OF_MEMORY, "out of host memory for gpumem's own bookkeeping", 0);
+    return GPUMEM_ERROR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    record_failure(GPUMEM_ERROR_INTERNAL, e.what(), 0);
+    return GPUMEM_ERROR_INTERNAL;
+  } catch (...) {
+    record_failure(GPUMEM_ERROR_INTERNAL, "unknown exception", 0);
+    return GPUMEM_ERROR_INTERNAL;
+  }
+}
+
+// Checks a caller's output struct and clears all of it but struct_size. Every struct is at its
+// first released size, so struct_size must be at least that.
+template <class T>
+T& out_struct(T* out, const char* name) {
+  require_out(out, name);
+  if (out->struct_size < sizeof(T))
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s->struct_size is %zu; set it to sizeof (%zu)", name, out->struct_size,
+         sizeof(T));
+  const size_t struct_size = out->struct_size;
+  std::memset(static_cast<void*>(out), 0, sizeof(T));
+  out->struct_size = struct_size;
+  return *out;
+}
+
+// Fills a caller's output struct from one built in full, so a failure leaves it cleared.
+template <class T, class Fill>
+void fill_struct(T* out, const char* name, Fill&& fill) {
+  T& dest = out_struct(out, name);
+  T result = dest;
+  fill(result);
+  dest = result;
+}
+
+}  // namespace gpumem::capi

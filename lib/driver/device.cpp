@@ -1,0 +1,42 @@
+#include "driver/device.hpp"
+
+#include "driver/driver.hpp"
+
+namespace gpumem::driver {
+
+int driver_version() {
+  int version = 0;
+  check(api().cuDriverGetVersion(&version), "cuDriverGetVersion");
+  return version;
+}
+
+void device_info(int device, gpumem_device_info_t& out) {
+  require_device(device);
+  const Api& a = api();
+  CUdevice dev = 0;
+  check(a.cuDeviceGet(&dev, device), "cuDeviceGet");
+  check(a.cuDeviceGetName(out.name, sizeof out.name, dev), "cuDeviceGetName");
+  out.name[sizeof out.name - 1] = '\0';
+  check(a.cuDeviceTotalMem(&out.total_memory, dev), "cuDeviceTotalMem");
+  const auto attribute = [&](CUdevice_attribute attr) {
+    int value = 0;
+    check(a.cuDeviceGetAttribute(&value, attr, dev), "cuDeviceGetAttribute");
+    return value;
+  };
+  out.compute_capability_major = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+  out.compute_capability_minor = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+  out.unified_addressing = attribute(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING) != 0;
+  out.managed_memory = attribute(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY) != 0;
+  out.concurrent_managed_access = attribute(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS) != 0;
+  out.memory_pools = attribute(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) != 0;
+  out.pageable_memory_access = attribute(CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS) != 0;
+  out.host_register = attribute(CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED) != 0;
+  out.can_map_host_memory = attribute(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY) != 0;
+}
+
+void device_memory(int device, size_t& free, size_t& total) {
+  ContextScope scope(primary_context(device));
+  check(api().cuMemGetInfo(&free, &total), "cuMemGetInfo");
+}
+
+}  // namespace gpumem::driver

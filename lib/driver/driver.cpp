@@ -1,0 +1,225 @@
+#include "driver/driver.hpp"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace gpumem::driver {
+namespace {
+
+constexpr int kMinimumDriverVersion = 12000;  // cuGetProcAddress_v2 and the signatures above
+
+struct Loaded {
+  Api api;
+  gpumem_status_t status = GPUMEM_SUCCESS;  // NO_DRIVER when the driver is unusable
+  std::string detail;
+  int32_t cuda_result = 0;
+  gpumem_status_t device_status = GPUMEM_SUCCESS;  // NO_DEVICE when cuInit found none
+  std::string device_detail;
+  int device_count = 0;
+  std::unique_ptr<std::atomic<CUcontext>[]> contexts;
+  std::mutex retain_mutex;
+};
+
+void load(Loaded& out) {
+  const char* env = std::getenv("GPUMEM_CUDA_DRIVER");
+  const std::string path = env && *env ? env : "libcuda.so.1";
+  // Never closed: memory may be freed at exit, after static destructors have run.
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    const char* why = dlerror();
+    out.status = GPUMEM_ERROR_NO_DRIVER;
+    out.detail = format("cannot load the CUDA driver %s: %s", path.c_str(), why ? why : "unknown reason");
+    return;
+  }
+  auto get_proc = reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(lib, "cuGetProcAddress_v2"));
+  if (!get_proc) {
+    out.status = GPUMEM_ERROR_NO_DRIVER;
+    out.detail = format("the CUDA driver %s is older than CUDA 12.0 (it has no cuGetProcAddress_v2)", path.c_str());
+    return;
+  }
+  Api& a = out.api;
+#define GPUMEM_DRIVER_RESOLVE(name, version)                                                               \
+  {                                                                                                        \
+    void* fn = nullptr;                                                                                    \
+    CUdriverProcAddressQueryResult found{};                                                                \
+    if (get_proc(#name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &found) == CUDA_SUCCESS &&              \
+        found == CU_GET_PROC_ADDRESS_SUCCESS)                                                              \
+      a.name = reinterpret_cast<PFN_##name##_v##version>(fn);                                              \
+  }
+  GPUMEM_DRIVER_ENTRY_POINTS(GPUMEM_DRIVER_RESOLVE)
+#undef GPUMEM_DRIVER_RESOLVE
+
+  if (!a.cuInit || !a.cuDriverGetVersion || !a.cuGetErrorName || !a.cuDeviceGetCount) {
+    out.status = GPUMEM_ERROR_NO_DRIVER;
+    out.detail = format("the CUDA driver %s lacks cuInit, cuDriverGetVersion or cuDeviceGetCount", path.c_str());
+    return;
+  }
+  const CUresult init = a.cuInit(0);
+  if (init == CUDA_ERROR_NO_DEVICE) {
+    out.device_status = GPUMEM_ERROR_NO_DEVICE;
+    out.device_detail = "the CUDA driver reports no device (cuInit: CUDA_ERROR_NO_DEVICE)";
+  } else if (init != CUDA_SUCCESS) {
+    const char* name = nullptr;
+    a.cuGetErrorName(init, &name);
+    out.status = GPUMEM_ERROR_NO_DRIVER;
+    out.cuda_result = init;
+    out.detail = format("the CUDA driver %s failed to initialize: cuInit returned %s%s", path.c_str(),
+                        name ? name : "an unknown error",
+                        init == CUDA_ERROR_STUB_LIBRARY ? " (this is the toolkit's stub, not a driver)" : "");
+    return;
+  }
+  int version = 0;
+  a.cuDriverGetVersion(&version);
+  if (version < kMinimumDriverVersion) {
+    out.status = GPUMEM_ERROR_NO_DRIVER;
+    out.detail = format("the CUDA driver supports CUDA %d.%d; gpumem needs 12.0 or newer", version / 1000,
+                        version % 1000 / 10);
+    return;
+  }
+  if (out.device_status != GPUMEM_SUCCESS) return;
+  int count = 0;
+  const CUresult counted = a.cuDeviceGetCount(&count);
+  if (counted != CUDA_SUCCESS || count <= 0) {
+    out.device_status = GPUMEM_ERROR_NO_DEVICE;
+    out.device_detail = "the CUDA driver reports no device";
+    return;
+  }
+  out.device_count = count;
+  out.contexts = std::make_unique<std::atomic<CUcontext>[]>(static_cast<size_t>(count));
+}
+
+Loaded& loaded() {
+  static Loaded* instance = [] {
+    // Leaked on purpose: late frees at process exit still find the driver table.
+    auto* l = new Loaded;
+    load(*l);
+    return l;
+  }();
+  return *instance;
+}
+
+gpumem_status_t status_of(CUresult r) {
+  switch (r) {
+    case CUDA_ERROR_OUT_OF_MEMORY:
+      return GPUMEM_ERROR_OUT_OF_MEMORY;
+    case CUDA_ERROR_INVALID_VALUE:
+    case CUDA_ERROR_INVALID_HANDLE:
+      return GPUMEM_ERROR_INVALID_ARGUMENT;
+    case CUDA_ERROR_NO_DEVICE:
+      return GPUMEM_ERROR_NO_DEVICE;
+    case CUDA_ERROR_INVALID_DEVICE:
+      return GPUMEM_ERROR_INVALID_DEVICE;
+    case CUDA_ERROR_NOT_SUPPORTED:
+    case CUDA_ERROR_NOT_PERMITTED:
+      return GPUMEM_ERROR_NOT_SUPPORTED;
+    case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED:
+      return GPUMEM_ERROR_ALREADY_REGISTERED;
+    case CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED:
+      return GPUMEM_ERROR_INVALID_POINTER;
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+    case CUDA_ERROR_STREAM_CAPTURE_MERGE:
+    case CUDA_ERROR_STREAM_CAPTURE_UNMATCHED:
+    case CUDA_ERROR_STREAM_CAPTURE_UNJOINED:
+    case CUDA_ERROR_STREAM_CAPTURE_ISOLATION:
+    case CUDA_ERROR_STREAM_CAPTURE_IMPLICIT:
+    case CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD:
+      return GPUMEM_ERROR_STREAM_CAPTURE;
+    default:
+      return GPUMEM_ERROR_DRIVER;
+  }
+}
+
+}  // namespace
+
+const Api& api() {
+  Loaded& l = loaded();
+  if (l.status != GPUMEM_SUCCESS) throw Error(l.status, l.detail, l.cuda_result);
+  return l.api;
+}
+
+const Api& device_api() {
+  const Api& a = api();
+  Loaded& l = loaded();
+  if (l.device_status != GPUMEM_SUCCESS) throw Error(l.device_status, l.device_detail);
+  return a;
+}
+
+int device_count() {
+  device_api();
+  return loaded().device_count;
+}
+
+void require_device(int device) {
+  const int count = device_count();
+  if (device < 0 || device >= count)
+    fail(GPUMEM_ERROR_INVALID_DEVICE, "device %d does not exist (there %s %d, numbered from 0)", device,
+         count == 1 ? "is" : "are", count);
+}
+
+CUcontext primary_context(int device) {
+  require_device(device);
+  Loaded& l = loaded();
+  std::atomic<CUcontext>& slot = l.contexts[static_cast<size_t>(device)];
+  CUcontext ctx = slot.load(std::memory_order_acquire);
+  if (ctx) return ctx;
+  std::lock_guard<std::mutex> lock(l.retain_mutex);
+  ctx = slot.load(std::memory_order_relaxed);
+  if (ctx) return ctx;
+  CUdevice dev = 0;
+  check(l.api.cuDeviceGet(&dev, device), "cuDeviceGet");
+  // Retained once and never released: the context outlives every allocation made in it.
+  CUresult r = l.api.cuDevicePrimaryCtxRetain(&ctx, dev);
+  if (r != CUDA_SUCCESS) throw_result(r, format("retaining the primary context of device %d", device));
+  slot.store(ctx, std::memory_order_release);
+  return ctx;
+}
+
+CUcontext current_context() {
+  const Api& a = device_api();
+  CUcontext ctx = nullptr;
+  if (a.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx) return ctx;
+  return primary_context(0);
+}
+
+CUcontext stream_context(CUstream stream, CUcontext fallback) {
+  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return fallback;
+  CUcontext ctx = nullptr;
+  check(device_api().cuStreamGetCtx(stream, &ctx), "cuStreamGetCtx (is the stream valid?)");
+  return ctx;
+}
+
+void throw_result(CUresult result, const std::string& what) {
+  const char* name = nullptr;
+  const char* message = nullptr;
+  Loaded& l = loaded();
+  if (l.api.cuGetErrorName) l.api.cuGetErrorName(result, &name);
+  if (l.api.cuGetErrorString) l.api.cuGetErrorString(result, &message);
+  throw Error(status_of(result),
+              format("%s: %s (%s)", what.c_str(), name ? name : "unknown CUDA error", message ? message : "no message"),
+              static_cast<int32_t>(result));
+}
+
+ContextScope::ContextScope(CUcontext context) {
+  const Api& a = api();
+  CUcontext current = nullptr;
+  a.cuCtxGetCurrent(&current);
+  if (current != context) {
+    check(a.cuCtxPushCurrent(context), "cuCtxPushCurrent");
+    pushed_ = true;
+  }
+}
+
+ContextScope::~ContextScope() {
+  if (pushed_) {
+    CUcontext popped = nullptr;
+    loaded().api.cuCtxPopCurrent(&popped);
+  }
+}
+
+}  // namespace gpumem::driver

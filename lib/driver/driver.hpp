@@ -1,0 +1,107 @@
+// The CUDA driver, opened at run time: entry points, error mapping, primary contexts.
+#pragma once
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include "core/error.hpp"
+
+namespace gpumem::driver {
+
+// Each entry point with the version of its signature; cuGetProcAddress is asked for exactly that
+// version, so the pointer matches the typedef whatever driver is installed.
+#define GPUMEM_DRIVER_ENTRY_POINTS(X)  \
+  X(cuInit, 2000)                      \
+  X(cuDriverGetVersion, 2020)          \
+  X(cuGetErrorName, 6000)              \
+  X(cuGetErrorString, 6000)            \
+  X(cuDeviceGetCount, 2000)            \
+  X(cuDeviceGet, 2000)                 \
+  X(cuDeviceGetName, 2000)             \
+  X(cuDeviceTotalMem, 3020)            \
+  X(cuDeviceGetAttribute, 2000)        \
+  X(cuDevicePrimaryCtxRetain, 7000)    \
+  X(cuCtxGetCurrent, 4000)             \
+  X(cuCtxPushCurrent, 4000)            \
+  X(cuCtxPopCurrent, 4000)             \
+  X(cuCtxGetDevice, 2000)              \
+  X(cuStreamGetCtx, 9020)              \
+  X(cuStreamSynchronize, 2000)         \
+  X(cuMemGetInfo, 3020)                \
+  X(cuMemAlloc, 3020)                  \
+  X(cuMemFree, 3020)                   \
+  X(cuMemAllocAsync, 11020)            \
+  X(cuMemAllocFromPoolAsync, 11020)    \
+  X(cuMemFreeAsync, 11020)             \
+  X(cuMemHostAlloc, 2020)              \
+  X(cuMemFreeHost, 2000)               \
+  X(cuMemHostRegister, 6050)           \
+  X(cuMemHostUnregister, 4000)         \
+  X(cuMemHostGetDevicePointer, 3020)   \
+  X(cuMemAllocManaged, 6000)           \
+  X(cuMemPrefetchAsync, 12020)         \
+  X(cuMemAdvise, 12020)                \
+  X(cuMemRangeGetAttributes, 8000)     \
+  X(cuPointerGetAttributes, 7000)      \
+  X(cuMemsetD8, 3020)                  \
+  X(cuMemsetD16, 3020)                 \
+  X(cuMemsetD32, 3020)                 \
+  X(cuMemsetD8Async, 3020)             \
+  X(cuMemsetD16Async, 3020)            \
+  X(cuMemsetD32Async, 3020)            \
+  X(cuMemcpy, 4000)                    \
+  X(cuMemcpyAsync, 4000)               \
+  X(cuArray3DCreate, 3020)             \
+  X(cuArray3DGetDescriptor, 3020)      \
+  X(cuArrayDestroy, 2000)
+
+// The resolved entry points; a member is null where the driver lacks that version.
+struct Api {
+#define GPUMEM_DRIVER_MEMBER(name, version) PFN_##name##_v##version name = nullptr;
+  GPUMEM_DRIVER_ENTRY_POINTS(GPUMEM_DRIVER_MEMBER)
+#undef GPUMEM_DRIVER_MEMBER
+};
+
+// The loaded driver. Throws GPUMEM_ERROR_NO_DRIVER (with what is missing) if there is none.
+const Api& api();
+
+// Like api(), and also throws GPUMEM_ERROR_NO_DEVICE if the driver sees no device.
+const Api& device_api();
+
+// The number of devices; throws as device_api() does.
+int device_count();
+
+// Throws GPUMEM_ERROR_INVALID_DEVICE unless 0 <= device < device_count().
+void require_device(int device);
+
+// The device's primary context, retained on first use and kept for the life of the process.
+CUcontext primary_context(int device);
+
+// The context a call with no device argument works in: the calling thread's current context if
+// it has one (so it follows cudaSetDevice), else device 0's primary context.
+CUcontext current_context();
+
+// The context work on a stream runs in: the stream's own, or for the default streams (NULL,
+// legacy, per-thread) the given fallback.
+CUcontext stream_context(CUstream stream, CUcontext fallback);
+
+// Throws the status that matches a failed CUresult, with "<what>: CUDA_ERROR_X (message)".
+[[noreturn]] void throw_result(CUresult result, const std::string& what);
+inline void check(CUresult result, const char* what) {
+  if (result != CUDA_SUCCESS) throw_result(result, what);
+}
+
+// Makes a context current for the scope, restoring the caller's afterwards; does nothing if it
+// is current already.
+class ContextScope {
+ public:
+  explicit ContextScope(CUcontext context);
+  ~ContextScope();
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
+
+ private:
+  bool pushed_ = false;
+};
+
+}  // namespace gpumem::driver

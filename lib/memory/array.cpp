@@ -1,0 +1,136 @@
+#include "memory/array.hpp"
+
+#include <memory>
+#include <mutex>
+#include <unordered_set>
+
+namespace gpumem::memory {
+namespace {
+
+struct Format {
+  int32_t format;
+  CUarray_format cuda;
+  const char* name;
+};
+constexpr Format kFormats[] = {
+    {GPUMEM_FORMAT_U8, CU_AD_FORMAT_UNSIGNED_INT8, "u8"},  {GPUMEM_FORMAT_U16, CU_AD_FORMAT_UNSIGNED_INT16, "u16"},
+    {GPUMEM_FORMAT_U32, CU_AD_FORMAT_UNSIGNED_INT32, "u32"}, {GPUMEM_FORMAT_I8, CU_AD_FORMAT_SIGNED_INT8, "i8"},
+    {GPUMEM_FORMAT_I16, CU_AD_FORMAT_SIGNED_INT16, "i16"},   {GPUMEM_FORMAT_I32, CU_AD_FORMAT_SIGNED_INT32, "i32"},
+    {GPUMEM_FORMAT_F16, CU_AD_FORMAT_HALF, "f16"},           {GPUMEM_FORMAT_F32, CU_AD_FORMAT_FLOAT, "f32"},
+};
+
+// Handles are looked up here before use, so a foreign or destroyed handle is an error, not a crash.
+struct Registry {
+  std::mutex mutex;
+  std::unordered_set<const gpumem_array_t*> live;
+};
+Registry& registry() {
+  static Registry* r = new Registry;  // leaked: arrays may be destroyed during process exit
+  return *r;
+}
+
+void require_live(const gpumem_array_t* array) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (!r.live.count(array))
+    fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem array (destroyed, or never created)",
+         static_cast<const void*>(array));
+}
+
+int attribute(CUdevice dev, CUdevice_attribute attr) {
+  int value = 0;
+  driver::check(driver::api().cuDeviceGetAttribute(&value, attr, dev), "cuDeviceGetAttribute");
+  return value;
+}
+
+void require_extent(const char* name, size_t value, int limit, int rank, int device) {
+  if (value > static_cast<size_t>(limit))
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s %s exceeds device %d's limit for %dD arrays (%s)", name,
+         grouped(value).c_str(), device, rank, grouped(static_cast<uint64_t>(limit)).c_str());
+}
+
+}  // namespace
+
+gpumem_array_t* array_create(const gpumem_array_desc_t& desc) {
+  const Format* fmt = nullptr;
+  for (const Format& f : kFormats)
+    if (f.format == desc.format) fmt = &f;
+  if (!fmt) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "unknown array format %d (expected GPUMEM_FORMAT_*, 1 to 8)", desc.format);
+  if (desc.channels != 1 && desc.channels != 2 && desc.channels != 4)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%u channels: arrays have 1, 2 or 4", desc.channels);
+  require(desc.width != 0, "width is 0");
+  if (desc.height == 0 && desc.depth != 0)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "depth %s without a height: a 3D array needs all three extents",
+         grouped(desc.depth).c_str());
+  const int rank = desc.height == 0 ? 1 : desc.depth == 0 ? 2 : 3;
+
+  const CUcontext ctx = driver::primary_context(desc.device);
+  CUdevice dev = 0;
+  driver::check(driver::api().cuDeviceGet(&dev, desc.device), "cuDeviceGet");
+  if (rank == 1) {
+    require_extent("width", desc.width, attribute(dev, CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH), 1, desc.device);
+  } else if (rank == 2) {
+    require_extent("width", desc.width, attribute(dev, CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH), 2, desc.device);
+    require_extent("height", desc.height, attribute(dev, CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT), 2, desc.device);
+  } else {
+    require_extent("width", desc.width, attribute(dev, CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH), 3, desc.device);
+    require_extent("height", desc.height, attribute(dev, CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT), 3, desc.device);
+    require_extent("depth", desc.depth, attribute(dev, CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH), 3, desc.device);
+  }
+
+  CUDA_ARRAY3D_DESCRIPTOR cd{};
+  cd.Width = desc.width;
+  cd.Height = desc.height;
+  cd.Depth = desc.depth;
+  cd.Format = fmt->cuda;
+  cd.NumChannels = desc.channels;
+  auto array = std::make_unique<gpumem_array_t>();
+  array->context = ctx;
+  array->device = desc.device;
+  driver::ContextScope scope(ctx);
+  const CUresult r = driver::api().cuArray3DCreate(&array->handle, &cd);
+  if (r != CUDA_SUCCESS)
+    driver::throw_result(r, format("cuArray3DCreate of a %dD %s x%u array %s x %s x %s on device %d", rank, fmt->name,
+                                   desc.channels, grouped(desc.width).c_str(), grouped(desc.height).c_str(),
+                                   grouped(desc.depth).c_str(), desc.device));
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mutex);
+  reg.live.insert(array.get());
+  return array.release();
+}
+
+void array_destroy(gpumem_array_t* array) {
+  Registry& r = registry();
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    if (!r.live.erase(array))
+      fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem array (destroyed, or never created)",
+           static_cast<void*>(array));
+  }
+  std::unique_ptr<gpumem_array_t> owned(array);
+  const driver::Api& a = driver::api();
+  driver::ContextScope scope(owned->context);
+  const CUresult result = a.cuArrayDestroy(owned->handle);
+  if (result != CUDA_SUCCESS && result != CUDA_ERROR_DEINITIALIZED) {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    r.live.insert(owned.release());  // still allocated: the caller keeps a working handle
+    driver::throw_result(result, "cuArrayDestroy");
+  }
+}
+
+void array_get_desc(const gpumem_array_t* array, gpumem_array_desc_t& out) {
+  require_live(array);
+  CUDA_ARRAY3D_DESCRIPTOR cd{};
+  driver::ContextScope scope(array->context);
+  driver::check(driver::api().cuArray3DGetDescriptor(&cd, array->handle), "cuArray3DGetDescriptor");
+  out.device = array->device;
+  out.format = 0;
+  for (const Format& f : kFormats)
+    if (f.cuda == cd.Format) out.format = f.format;
+  out.channels = cd.NumChannels;
+  out.width = cd.Width;
+  out.height = cd.Height;
+  out.depth = cd.Depth;
+}
+
+}  // namespace gpumem::memory

@@ -1,0 +1,20 @@
+// CUDA arrays, owned through gpumem_array_t handles that are checked against a registry.
+#pragma once
+
+#include "driver/driver.hpp"
+#include "gpumem/array.h"
+
+struct gpumem_array_s {
+  CUarray handle;
+  CUcontext context;
+  int32_t device;
+};
+
+namespace gpumem::memory {
+
+gpumem_array_t* array_create(const gpumem_array_desc_t& desc);
+// Throws GPUMEM_ERROR_INVALID_HANDLE unless the array is live.
+void array_destroy(gpumem_array_t* array);
+void array_get_desc(const gpumem_array_t* array, gpumem_array_desc_t& out);
+
+}  // namespace gpumem::memory

@@ -1,0 +1,86 @@
+// Memset and 1D copies between any two kinds of memory.
+#include "memory/memory.hpp"
+
+namespace gpumem::memory {
+namespace {
+
+CUdeviceptr address(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
+
+void require_no_wrap(const void* p, size_t size, const char* role) {
+  if (reinterpret_cast<uintptr_t>(p) + size < reinterpret_cast<uintptr_t>(p))
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s range %p + %s bytes wraps around the address space", role, p,
+         grouped(size).c_str());
+}
+
+// The synchronous forms wait for the legacy stream, where the driver queues them: cuMemcpy
+// between two device addresses and cuMemset on device memory return before the work is done.
+void finish_sync(const driver::Api& a, const char* what) {
+  driver::check(a.cuStreamSynchronize(CU_STREAM_LEGACY), what);
+}
+
+}  // namespace
+
+void memset(void* dst, uint32_t value, unsigned element_size, size_t count, CUstream stream, bool async) {
+  require(dst != nullptr, "dst is NULL");
+  if (element_size != 1 && element_size != 2 && element_size != 4)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "element_size %u is not 1, 2 or 4", element_size);
+  if (element_size < 4 && value >> (8 * element_size) != 0)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "value 0x%x does not fit in %u byte%s", value, element_size,
+         element_size == 1 ? "" : "s");
+  if (reinterpret_cast<uintptr_t>(dst) % element_size != 0)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "dst %p is not aligned to the element size %u", dst, element_size);
+  if (count > SIZE_MAX / element_size)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s elements of %u bytes overflow size_t", grouped(count).c_str(), element_size);
+  if (count == 0) return;
+  const size_t bytes = count * element_size;
+  require_no_wrap(dst, bytes, "dst");
+  const PointerInfo info = pointer_info(dst);
+  if (info.memory_type == GPUMEM_MEMORY_UNREGISTERED)
+    fail(GPUMEM_ERROR_INVALID_POINTER, "dst %p is %s, which the device cannot write; use memset", dst,
+         describe_kind(info).c_str());
+  require_within_allocation(dst, bytes, info, "dst");
+  const driver::Api& a = driver::api();
+  const CUcontext ctx = context_of(info);
+  driver::ContextScope scope(async ? driver::stream_context(stream, ctx) : ctx);
+  CUresult r;
+  const CUdeviceptr d = address(dst);
+  switch (element_size) {
+    case 1:
+      r = async ? a.cuMemsetD8Async(d, static_cast<unsigned char>(value), count, stream)
+                : a.cuMemsetD8(d, static_cast<unsigned char>(value), count);
+      break;
+    case 2:
+      r = async ? a.cuMemsetD16Async(d, static_cast<unsigned short>(value), count, stream)
+                : a.cuMemsetD16(d, static_cast<unsigned short>(value), count);
+      break;
+    default:
+      r = async ? a.cuMemsetD32Async(d, value, count, stream) : a.cuMemsetD32(d, value, count);
+      break;
+  }
+  if (r != CUDA_SUCCESS)
+    driver::throw_result(r, format("memset of %s elements of %u bytes at %p", grouped(count).c_str(), element_size, dst));
+  if (!async) finish_sync(a, "waiting for the memset");
+}
+
+void copy(void* dst, const void* src, size_t size, CUstream stream, bool async) {
+  require(dst != nullptr, "dst is NULL");
+  require(src != nullptr, "src is NULL");
+  if (size == 0) return;
+  require_no_wrap(dst, size, "dst");
+  require_no_wrap(src, size, "src");
+  const PointerInfo to = pointer_info(dst);
+  const PointerInfo from = pointer_info(src);
+  require_within_allocation(dst, size, to, "dst");
+  require_within_allocation(src, size, from, "src");
+  const CUcontext ctx = context_of(to.memory_type != GPUMEM_MEMORY_UNREGISTERED ? to : from);
+  const driver::Api& a = driver::api();
+  driver::ContextScope scope(async ? driver::stream_context(stream, ctx) : ctx);
+  const CUresult r = async ? a.cuMemcpyAsync(address(dst), address(src), size, stream)
+                           : a.cuMemcpy(address(dst), address(src), size);
+  if (r != CUDA_SUCCESS)
+    driver::throw_result(r, format("copy of %s bytes from %p (%s) to %p (%s)", grouped(size).c_str(), src,
+                                   describe_kind(from).c_str(), dst, describe_kind(to).c_str()));
+  if (!async) finish_sync(a, "waiting for the copy");
+}
+
+}  // namespace gpumem::memory

@@ -1,0 +1,80 @@
+#include "memory/memory.hpp"
+
+namespace gpumem::memory {
+
+bool try_pointer_info(const void* p, PointerInfo& out) {
+  const driver::Api& a = driver::device_api();
+  unsigned int memory_type = 0;
+  int device = -1;
+  unsigned int managed = 0;  // the driver writes a bool here; zeroed so any width reads right
+  void* host = nullptr;
+  CUdeviceptr device_ptr = 0;
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  CUcontext context = nullptr;
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                 CU_POINTER_ATTRIBUTE_IS_MANAGED,     CU_POINTER_ATTRIBUTE_HOST_POINTER,
+                                 CU_POINTER_ATTRIBUTE_DEVICE_POINTER, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                 CU_POINTER_ATTRIBUTE_RANGE_SIZE,     CU_POINTER_ATTRIBUTE_CONTEXT};
+  void* data[] = {&memory_type, &device, &managed, &host, &device_ptr, &base, &size, &context};
+  const CUresult r = a.cuPointerGetAttributes(sizeof attrs / sizeof attrs[0], attrs, data,
+                                              reinterpret_cast<CUdeviceptr>(p));
+  if (r == CUDA_ERROR_DEINITIALIZED) return false;
+  driver::check(r, "cuPointerGetAttributes");
+  out = PointerInfo{};
+  if (managed) {
+    out.memory_type = GPUMEM_MEMORY_MANAGED;
+  } else if (memory_type == CU_MEMORYTYPE_HOST) {
+    out.memory_type = GPUMEM_MEMORY_HOST;
+  } else if (memory_type == CU_MEMORYTYPE_DEVICE) {
+    out.memory_type = GPUMEM_MEMORY_DEVICE;
+  } else {
+    return true;  // plain host memory: nothing else to say
+  }
+  out.managed = managed != 0;
+  out.device = device;
+  out.host = host;
+  out.device_ptr = reinterpret_cast<void*>(device_ptr);
+  out.base = static_cast<uintptr_t>(base);
+  out.size = size;
+  out.context = context;
+  return true;
+}
+
+PointerInfo pointer_info(const void* p) {
+  PointerInfo info;
+  if (!try_pointer_info(p, info)) fail(GPUMEM_ERROR_DRIVER, "the CUDA driver has shut down");
+  return info;
+}
+
+std::string describe_kind(const PointerInfo& info) {
+  switch (info.memory_type) {
+    case GPUMEM_MEMORY_DEVICE:
+      return format("device memory on device %d", info.device);
+    case GPUMEM_MEMORY_MANAGED:
+      return "managed memory";
+    case GPUMEM_MEMORY_HOST:
+      return "page-locked host memory";
+    default:
+      return "plain host memory (or memory already freed)";
+  }
+}
+
+CUcontext context_of(const PointerInfo& info) {
+  if (info.context) return info.context;
+  if (info.memory_type != GPUMEM_MEMORY_UNREGISTERED && info.device >= 0) return driver::primary_context(info.device);
+  return driver::current_context();
+}
+
+void require_within_allocation(const void* p, size_t size, const PointerInfo& info, const char* role) {
+  if (info.size == 0) return;  // plain host memory: its bounds are unknown
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t end = info.base + info.size;
+  if (start + size > end)
+    fail(GPUMEM_ERROR_INVALID_POINTER,
+         "%s range %p + %s bytes runs %s bytes past the end of its allocation (%s at %p, %s bytes)", role, p,
+         grouped(size).c_str(), grouped(start + size - end).c_str(), describe_kind(info).c_str(),
+         reinterpret_cast<void*>(info.base), grouped(info.size).c_str());
+}
+
+}  // namespace gpumem::memory

@@ -1,0 +1,283 @@
+// Allocation and free of each raw kind, straight to the driver.
+#include <vector>
+
+#include "memory/memory.hpp"
+
+namespace gpumem::memory {
+namespace {
+
+constexpr unsigned kHostAllocFlags =
+    GPUMEM_HOST_ALLOC_PORTABLE | GPUMEM_HOST_ALLOC_DEVICEMAP | GPUMEM_HOST_ALLOC_WRITECOMBINED;
+constexpr unsigned kHostRegisterFlags = GPUMEM_HOST_REGISTER_PORTABLE | GPUMEM_HOST_REGISTER_DEVICEMAP |
+                                        GPUMEM_HOST_REGISTER_IOMEMORY | GPUMEM_HOST_REGISTER_READ_ONLY;
+
+CUdeviceptr address(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
+
+int device_of(CUcontext ctx) {
+  driver::ContextScope scope(ctx);
+  CUdevice dev = 0;
+  driver::check(driver::api().cuCtxGetDevice(&dev), "cuCtxGetDevice");
+  return dev;
+}
+
+// Device out-of-memory details say how much the device had.
+[[noreturn]] void throw_alloc_failure(CUresult r, const char* call, size_t size, int device) {
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && device >= 0) {
+    size_t free = 0, total = 0;
+    driver::api().cuMemGetInfo(&free, &total);
+    throw Error(GPUMEM_ERROR_OUT_OF_MEMORY,
+                format("out of memory allocating %s bytes on device %d (%s: %s of %s bytes free)",
+                       grouped(size).c_str(), device, call, grouped(free).c_str(), grouped(total).c_str()),
+                r);
+  }
+  driver::throw_result(r, format("%s of %s bytes", call, grouped(size).c_str()));
+}
+
+// The checks every free makes: the pointer is the start of an allocation of the expected kind.
+// Returns false if the driver has shut down, in which case the memory went with it.
+bool check_allocation_start(void* p, int32_t expected_type, const char* fn, PointerInfo& info) {
+  if (!try_pointer_info(p, info)) return false;
+  if (info.memory_type != expected_type) {
+    PointerInfo want;
+    want.memory_type = expected_type;
+    want.device = info.device;
+    fail(GPUMEM_ERROR_INVALID_POINTER, "%s: %p is %s, not %s", fn, p, describe_kind(info).c_str(),
+         expected_type == GPUMEM_MEMORY_DEVICE ? "device memory" : describe_kind(want).c_str());
+  }
+  if (info.base != reinterpret_cast<uintptr_t>(p))
+    fail(GPUMEM_ERROR_INVALID_POINTER, "%s: %p lies %s bytes inside the allocation at %p (%s bytes); pass its start",
+         fn, p, grouped(reinterpret_cast<uintptr_t>(p) - info.base).c_str(), reinterpret_cast<void*>(info.base),
+         grouped(info.size).c_str());
+  return true;
+}
+
+// A failed free of a pointer that passed the checks: the driver's word, as an invalid pointer.
+void check_free(CUresult r, const char* call, void* p) {
+  if (r == CUDA_SUCCESS || r == CUDA_ERROR_DEINITIALIZED) return;
+  if (r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED) {
+    try {
+      driver::throw_result(r, format("%s(%p)", call, p));
+    } catch (const Error& e) {
+      throw Error(GPUMEM_ERROR_INVALID_POINTER, e.what(), e.cuda_result());
+    }
+  }
+  driver::throw_result(r, format("%s(%p)", call, p));
+}
+
+CUmemLocation location_of(int location) {
+  CUmemLocation loc{};
+  if (location == GPUMEM_LOCATION_HOST) {
+    loc.type = CU_MEM_LOCATION_TYPE_HOST;
+  } else {
+    loc.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    loc.id = location;
+  }
+  return loc;
+}
+
+// Checked in two steps so that bad arguments are refused before the driver is asked anything.
+void require_location_value(int location) {
+  if (location < 0 && location != GPUMEM_LOCATION_HOST)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "location %d is neither a device nor GPUMEM_LOCATION_HOST", location);
+}
+void require_location_present(int location) {
+  if (location != GPUMEM_LOCATION_HOST) driver::require_device(location);
+}
+
+void require_range_arguments(const void* p, size_t size) {
+  require(p != nullptr, "ptr is NULL");
+  require(size != 0, "size is 0");
+  if (reinterpret_cast<uintptr_t>(p) + size < reinterpret_cast<uintptr_t>(p))
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "the range %p + %s bytes wraps around the address space", p, grouped(size).c_str());
+}
+
+PointerInfo require_managed_range(const void* p, size_t size, const char* fn) {
+  require_range_arguments(p, size);
+  PointerInfo info = pointer_info(p);
+  if (info.memory_type != GPUMEM_MEMORY_MANAGED)
+    fail(GPUMEM_ERROR_INVALID_POINTER, "%s: %p is %s, not managed memory", fn, p, describe_kind(info).c_str());
+  require_within_allocation(p, size, info, "the");
+  return info;
+}
+
+}  // namespace
+
+void* device_alloc(int device, size_t size) {
+  const driver::Api& a = driver::device_api();
+  driver::ContextScope scope(driver::primary_context(device));
+  CUdeviceptr p = 0;
+  const CUresult r = a.cuMemAlloc(&p, size);
+  if (r != CUDA_SUCCESS) throw_alloc_failure(r, "cuMemAlloc", size, device);
+  return reinterpret_cast<void*>(p);
+}
+
+void device_free(void* p) {
+  PointerInfo info;
+  if (!check_allocation_start(p, GPUMEM_MEMORY_DEVICE, "gpumem_device_free", info)) return;
+  driver::ContextScope scope(context_of(info));
+  check_free(driver::api().cuMemFree(address(p)), "cuMemFree", p);
+}
+
+void* device_alloc_async(int device, size_t size, CUstream stream) {
+  const driver::Api& a = driver::device_api();
+  const CUcontext primary = driver::primary_context(device);
+  const CUcontext ctx = driver::stream_context(stream, primary);
+  if (ctx != primary) {
+    const int stream_device = device_of(ctx);
+    if (stream_device != device)
+      fail(GPUMEM_ERROR_INVALID_ARGUMENT, "the stream belongs to device %d, not device %d", stream_device, device);
+  }
+  driver::ContextScope scope(ctx);
+  CUdeviceptr p = 0;
+  const CUresult r = a.cuMemAllocAsync(&p, size, stream);
+  if (r != CUDA_SUCCESS) throw_alloc_failure(r, "cuMemAllocAsync", size, device);
+  return reinterpret_cast<void*>(p);
+}
+
+void* device_alloc_from_pool(CUmemoryPool pool, size_t size, CUstream stream) {
+  const driver::Api& a = driver::device_api();
+  driver::ContextScope scope(driver::stream_context(stream, driver::current_context()));
+  CUdeviceptr p = 0;
+  const CUresult r = a.cuMemAllocFromPoolAsync(&p, size, pool, stream);
+  if (r != CUDA_SUCCESS) throw_alloc_failure(r, "cuMemAllocFromPoolAsync", size, -1);
+  return reinterpret_cast<void*>(p);
+}
+
+void device_free_async(void* p, CUstream stream) {
+  PointerInfo info;
+  if (!check_allocation_start(p, GPUMEM_MEMORY_DEVICE, "gpumem_device_free_async", info)) return;
+  driver::ContextScope scope(driver::stream_context(stream, context_of(info)));
+  check_free(driver::api().cuMemFreeAsync(address(p), stream), "cuMemFreeAsync", p);
+}
+
+void* host_alloc(size_t size, unsigned flags) {
+  if (flags & ~kHostAllocFlags) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "unknown host allocation flags 0x%x", flags & ~kHostAllocFlags);
+  const driver::Api& a = driver::device_api();
+  driver::ContextScope scope(driver::current_context());
+  void* p = nullptr;
+  const CUresult r = a.cuMemHostAlloc(&p, size, flags);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY)
+    throw Error(GPUMEM_ERROR_OUT_OF_MEMORY,
+                format("out of memory allocating %s bytes of pinned host memory (cuMemHostAlloc)", grouped(size).c_str()),
+                r);
+  if (r != CUDA_SUCCESS) driver::throw_result(r, format("cuMemHostAlloc of %s bytes, flags 0x%x", grouped(size).c_str(), flags));
+  return p;
+}
+
+void host_free(void* p) {
+  PointerInfo info;
+  if (!check_allocation_start(p, GPUMEM_MEMORY_HOST, "gpumem_host_free", info)) return;
+  driver::ContextScope scope(context_of(info));
+  check_free(driver::api().cuMemFreeHost(p), "cuMemFreeHost", p);
+}
+
+void host_register(void* p, size_t size, unsigned flags) {
+  if (flags & ~kHostRegisterFlags) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "unknown host register flags 0x%x", flags & ~kHostRegisterFlags);
+  require_range_arguments(p, size);
+  const driver::Api& a = driver::device_api();
+  driver::ContextScope scope(driver::current_context());
+  const CUresult r = a.cuMemHostRegister(p, size, flags);
+  if (r != CUDA_SUCCESS)
+    driver::throw_result(r, format("cuMemHostRegister(%p, %s bytes, flags 0x%x)", p, grouped(size).c_str(), flags));
+}
+
+void host_unregister(void* p) {
+  PointerInfo info = pointer_info(p);
+  if (info.memory_type != GPUMEM_MEMORY_HOST)
+    fail(GPUMEM_ERROR_INVALID_POINTER, "gpumem_host_unregister: %p is %s, not a registered host range", p,
+         describe_kind(info).c_str());
+  driver::ContextScope scope(context_of(info));
+  const CUresult r = driver::api().cuMemHostUnregister(p);
+  if (r == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED || r == CUDA_ERROR_INVALID_VALUE)
+    fail(GPUMEM_ERROR_INVALID_POINTER,
+         "gpumem_host_unregister: %p is not the start of a registered range (it lies in page-locked memory at %p)", p,
+         reinterpret_cast<void*>(info.base));
+  driver::check(r, "cuMemHostUnregister");
+}
+
+void* host_device_pointer(void* p) {
+  PointerInfo info = pointer_info(p);
+  if (info.memory_type != GPUMEM_MEMORY_HOST)
+    fail(GPUMEM_ERROR_INVALID_POINTER, "%p is %s, not page-locked host memory", p, describe_kind(info).c_str());
+  driver::ContextScope scope(context_of(info));
+  CUdeviceptr d = 0;
+  const CUresult r = driver::api().cuMemHostGetDevicePointer(&d, p, 0);
+  if (r == CUDA_ERROR_INVALID_VALUE)
+    fail(GPUMEM_ERROR_INVALID_POINTER, "%p is page-locked host memory that is not mapped for the device", p);
+  driver::check(r, "cuMemHostGetDevicePointer");
+  return reinterpret_cast<void*>(d);
+}
+
+void* managed_alloc(int device, size_t size, unsigned flags) {
+  if (flags == 0) flags = GPUMEM_MANAGED_ATTACH_GLOBAL;
+  if (flags != GPUMEM_MANAGED_ATTACH_GLOBAL && flags != GPUMEM_MANAGED_ATTACH_HOST)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT,
+         "managed flags 0x%x: pass 0, GPUMEM_MANAGED_ATTACH_GLOBAL or GPUMEM_MANAGED_ATTACH_HOST", flags);
+  const driver::Api& a = driver::device_api();
+  driver::ContextScope scope(driver::primary_context(device));
+  CUdeviceptr p = 0;
+  const CUresult r = a.cuMemAllocManaged(&p, size, flags);
+  if (r != CUDA_SUCCESS) throw_alloc_failure(r, "cuMemAllocManaged", size, device);
+  return reinterpret_cast<void*>(p);
+}
+
+void managed_free(void* p) {
+  PointerInfo info;
+  if (!check_allocation_start(p, GPUMEM_MEMORY_MANAGED, "gpumem_managed_free", info)) return;
+  driver::ContextScope scope(context_of(info));
+  check_free(driver::api().cuMemFree(address(p)), "cuMemFree", p);
+}
+
+void managed_prefetch(void* p, size_t size, int location, CUstream stream) {
+  require_range_arguments(p, size);
+  require_location_value(location);
+  require_location_present(location);
+  const PointerInfo info = require_managed_range(p, size, "gpumem_managed_prefetch");
+  const driver::Api& a = driver::api();
+  if (!a.cuMemPrefetchAsync) fail(GPUMEM_ERROR_NOT_SUPPORTED, "prefetch needs a CUDA 12.2 or newer driver");
+  driver::ContextScope scope(driver::stream_context(stream, context_of(info)));
+  const CUresult r = a.cuMemPrefetchAsync(address(p), size, location_of(location), 0, stream);
+  if (r != CUDA_SUCCESS)
+    driver::throw_result(r, format("cuMemPrefetchAsync(%p, %s bytes, to %s %d)", p, grouped(size).c_str(),
+                                   location == GPUMEM_LOCATION_HOST ? "host" : "device", location));
+}
+
+void managed_advise(void* p, size_t size, int advice, int location) {
+  if (advice < GPUMEM_ADVICE_SET_READ_MOSTLY || advice > GPUMEM_ADVICE_UNSET_ACCESSED_BY)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "unknown advice %d (expected 1 to 6, GPUMEM_ADVICE_*)", advice);
+  const bool takes_location = advice != GPUMEM_ADVICE_SET_READ_MOSTLY && advice != GPUMEM_ADVICE_UNSET_READ_MOSTLY;
+  require_range_arguments(p, size);
+  if (takes_location) require_location_value(location);
+  if (takes_location) require_location_present(location);
+  const PointerInfo info = require_managed_range(p, size, "gpumem_managed_advise");
+  const driver::Api& a = driver::api();
+  if (!a.cuMemAdvise) fail(GPUMEM_ERROR_NOT_SUPPORTED, "advice needs a CUDA 12.2 or newer driver");
+  driver::ContextScope scope(context_of(info));
+  const CUmemLocation loc = takes_location ? location_of(location) : location_of(info.device);
+  const CUresult r = a.cuMemAdvise(address(p), size, static_cast<CUmem_advise>(advice), loc);
+  if (r != CUDA_SUCCESS)
+    driver::throw_result(r, format("cuMemAdvise(%p, %s bytes, advice %d, location %d)", p, grouped(size).c_str(),
+                                   advice, location));
+}
+
+void managed_range_info(const void* p, size_t size, gpumem_managed_range_info_t& out) {
+  const PointerInfo info = require_managed_range(p, size, "gpumem_managed_get_range_info");
+  const int count = driver::device_count();
+  int read_mostly = 0, preferred = CU_DEVICE_INVALID, last_prefetch = CU_DEVICE_INVALID;
+  std::vector<int> accessed_by(static_cast<size_t>(count), CU_DEVICE_INVALID);
+  void* data[] = {&read_mostly, &preferred, &last_prefetch, accessed_by.data()};
+  size_t sizes[] = {sizeof read_mostly, sizeof preferred, sizeof last_prefetch, sizeof(int) * accessed_by.size()};
+  CUmem_range_attribute attrs[] = {CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY, CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION,
+                                   CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION, CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY};
+  driver::ContextScope scope(context_of(info));
+  driver::check(driver::api().cuMemRangeGetAttributes(data, sizes, attrs, 4, address(p), size),
+                "cuMemRangeGetAttributes");
+  out.read_mostly = read_mostly != 0;
+  out.preferred_location = preferred;
+  out.last_prefetch_location = last_prefetch;
+  out.accessed_by = 0;
+  for (int d : accessed_by)
+    if (d >= 0 && d < 64) out.accessed_by |= uint64_t{1} << d;
+}
+
+}  // namespace gpumem::memory

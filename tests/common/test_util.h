@@ -1,0 +1,61 @@
+/* Helpers shared by the cmocka suites. Include after <cmocka.h>'s prerequisites. */
+#ifndef GPUMEM_TEST_UTIL_H
+#define GPUMEM_TEST_UTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <gpumem/gpumem.h>
+
+/* Asserts that a call returned the expected status; on a mismatch prints both names and the detail. */
+#define assert_status(call, expected)                                                                   \
+  do {                                                                                                  \
+    gpumem_status_t got_ = (call);                                                                      \
+    gpumem_status_t want_ = (expected);                                                                 \
+    if (got_ != want_) {                                                                                \
+      print_error("%s returned %s, expected %s; detail: %s\n", #call, gpumem_status_name(got_),       \
+                  gpumem_status_name(want_), gpumem_last_error_detail());                               \
+      fail();                                                                                           \
+    }                                                                                                   \
+  } while (0)
+
+#define assert_ok(call) assert_status((call), GPUMEM_SUCCESS)
+
+/* Asserts that the last failure's detail contains a piece of text. */
+#define assert_detail_contains(text)                                                                    \
+  do {                                                                                                  \
+    const char* detail_ = gpumem_last_error_detail();                                                   \
+    if (strstr(detail_, (text)) == NULL) {                                                              \
+      print_error("detail \"%s\" does not contain \"%s\"\n", detail_, (text));                         \
+      fail();                                                                                           \
+    }                                                                                                   \
+  } while (0)
+
+/* True when a driver and at least one device are present. */
+static inline bool gpu_available(void) {
+  int32_t count = 0;
+  return gpumem_device_get_count(&count) == GPUMEM_SUCCESS && count > 0;
+}
+
+/* Number of devices, 0 without a driver or device. */
+static inline int32_t gpu_count(void) {
+  int32_t count = 0;
+  return gpumem_device_get_count(&count) == GPUMEM_SUCCESS ? count : 0;
+}
+
+/* In a GPU test: skip (reported by cmocka and CTest) when there is no device. */
+#define require_gpu()                                                                                   \
+  do {                                                                                                  \
+    if (!gpu_available()) {                                                                             \
+      print_message("no GPU: %s\n", gpumem_last_error_detail());                                       \
+      skip();                                                                                           \
+    }                                                                                                   \
+  } while (0)
+
+#endif /* GPUMEM_TEST_UTIL_H */
