@@ -17,7 +17,6 @@ struct PointerInfo {
   int32_t device = -1;
   bool managed = false;
   void* host = nullptr;
-  void* device_ptr = nullptr;
   uintptr_t base = 0;
   size_t size = 0;
   CUcontext context = nullptr;
@@ -26,6 +25,8 @@ struct PointerInfo {
 // Throws on a driver error. Returns false only if the driver has shut down (at process exit).
 bool try_pointer_info(const void* p, PointerInfo& out);
 PointerInfo pointer_info(const void* p);
+// The address through which the device reaches p; NULL if it cannot.
+void* device_address(const void* p, const PointerInfo& info);
 // "device memory on device 0", "managed memory", ... for error details.
 std::string describe_kind(const PointerInfo& info);
 // The context to work on memory in: the allocation's, else the current one.

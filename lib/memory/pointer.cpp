@@ -8,15 +8,14 @@ bool try_pointer_info(const void* p, PointerInfo& out) {
   int device = -1;
   unsigned int managed = 0;  // the driver writes a bool here; zeroed so any width reads right
   void* host = nullptr;
-  CUdeviceptr device_ptr = 0;
   CUdeviceptr base = 0;
   size_t size = 0;
   CUcontext context = nullptr;
-  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                 CU_POINTER_ATTRIBUTE_IS_MANAGED,     CU_POINTER_ATTRIBUTE_HOST_POINTER,
-                                 CU_POINTER_ATTRIBUTE_DEVICE_POINTER, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                                 CU_POINTER_ATTRIBUTE_RANGE_SIZE,     CU_POINTER_ATTRIBUTE_CONTEXT};
-  void* data[] = {&memory_type, &device, &managed, &host, &device_ptr, &base, &size, &context};
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                 CU_POINTER_ATTRIBUTE_IS_MANAGED,       CU_POINTER_ATTRIBUTE_HOST_POINTER,
+                                 CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                 CU_POINTER_ATTRIBUTE_CONTEXT};
+  void* data[] = {&memory_type, &device, &managed, &host, &base, &size, &context};
   const CUresult r = a.cuPointerGetAttributes(sizeof attrs / sizeof attrs[0], attrs, data,
                                               reinterpret_cast<CUdeviceptr>(p));
   if (r == CUDA_ERROR_DEINITIALIZED) return false;
@@ -34,7 +33,6 @@ bool try_pointer_info(const void* p, PointerInfo& out) {
   out.managed = managed != 0;
   out.device = device;
   out.host = host;
-  out.device_ptr = reinterpret_cast<void*>(device_ptr);
   out.base = static_cast<uintptr_t>(base);
   out.size = size;
   out.context = context;
@@ -45,6 +43,18 @@ PointerInfo pointer_info(const void* p) {
   PointerInfo info;
   if (!try_pointer_info(p, info)) fail(GPUMEM_ERROR_DRIVER, "the CUDA driver has shut down");
   return info;
+}
+
+void* device_address(const void* p, const PointerInfo& info) {
+  if (info.memory_type == GPUMEM_MEMORY_UNREGISTERED) return nullptr;
+  // The driver answers this one only for the context current on the thread.
+  driver::ContextScope scope(context_of(info));
+  CUdeviceptr address = 0;
+  CUpointer_attribute attr = CU_POINTER_ATTRIBUTE_DEVICE_POINTER;
+  void* data = &address;
+  driver::check(driver::api().cuPointerGetAttributes(1, &attr, &data, reinterpret_cast<CUdeviceptr>(p)),
+                "cuPointerGetAttributes");
+  return reinterpret_cast<void*>(address);
 }
 
 std::string describe_kind(const PointerInfo& info) {
