@@ -95,7 +95,7 @@ GPUMEM_API gpumem_status_t gpumem_array_destroy(gpumem_array_t* array);
  *        (`cuArray3DGetDescriptor`).
  * @param[in] array A live array.
  * @param[in,out] out_desc @c struct_size set by the caller; the rest is filled in
- *                (zeroed on failure, @c struct_size kept).
+ *                (zeroed on failure as far as @c struct_size reaches, @c struct_size kept).
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p out_desc is NULL or its @c struct_size is too small.
  * @retval GPUMEM_ERROR_INVALID_HANDLE @p array is not a live array of gpumem's.

@@ -26,7 +26,8 @@ extern "C" {
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p dst is NULL or misaligned, @p element_size is not 1, 2 or 4,
  *         @p value does not fit, or the byte count overflows.
- * @retval GPUMEM_ERROR_INVALID_POINTER @p dst is plain host memory, which the device cannot write.
+ * @retval GPUMEM_ERROR_INVALID_POINTER @p dst is plain host memory, which the device cannot write, or the
+ *         range runs past the end of its allocation.
  * @retval GPUMEM_ERROR_STREAM_CAPTURE The legacy stream is blocked by a capture in progress.
  * @retval GPUMEM_ERROR_NO_DRIVER
  * @retval GPUMEM_ERROR_NO_DEVICE

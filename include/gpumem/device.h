@@ -69,7 +69,7 @@ GPUMEM_API gpumem_status_t gpumem_device_get_count(int32_t* out_count);
  * @brief Name, memory and capabilities of a device.
  * @param[in] device Device index, from 0 to the count less one.
  * @param[in,out] out_info @c struct_size set by the caller; the rest is filled in
- *                (zeroed on failure, @c struct_size kept).
+ *                (zeroed on failure as far as @c struct_size reaches, @c struct_size kept).
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p out_info is NULL or its @c struct_size too small.
  * @retval GPUMEM_ERROR_NO_DRIVER

@@ -3,8 +3,7 @@
  * @brief Raw memory of every kind: device (synchronous and stream-ordered), pinned host,
  *        registered host ranges and managed memory.
  *
- * These calls go straight to the driver, one allocation each; caching comes from the pool.
- * Each kind has its own free, which refuses memory of another kind with
+ * These calls go straight to the driver, one allocation each. Each kind has its own free, which refuses memory of another kind with
  * ::GPUMEM_ERROR_INVALID_POINTER. Rules shared by every call here:
  * - a size of zero is refused with ::GPUMEM_ERROR_INVALID_ARGUMENT (no allocation is made);
  * - freeing NULL succeeds and does nothing, as `free(NULL)` does;
@@ -45,7 +44,7 @@ enum gpumem_host_register_flags {
 /** @brief Flags of gpumem_managed_alloc(); the values of `CU_MEM_ATTACH_*`. @since 0.1.0 */
 enum gpumem_managed_flags {
   GPUMEM_MANAGED_ATTACH_GLOBAL = 0x1,    /**< Any stream on any device may touch it (the default, also for 0). */
-  GPUMEM_MANAGED_ATTACH_HOST = 0x2       /**< Attached to the host until a stream is attached. */
+  GPUMEM_MANAGED_ATTACH_HOST = 0x2       /**< Attached to the host: not accessible from devices until attached to a stream (`cuStreamAttachMemAsync`). */
 };
 
 /** @brief Where managed memory lives or is wanted: a device index, or one of these. @since 0.1.0 */
@@ -304,7 +303,8 @@ GPUMEM_API gpumem_status_t gpumem_managed_free(void* ptr);
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p ptr is NULL, @p size is 0, or @p location is neither a device nor the host.
  * @retval GPUMEM_ERROR_INVALID_POINTER The range is not managed memory.
  * @retval GPUMEM_ERROR_INVALID_DEVICE @p location names no present device.
- * @retval GPUMEM_ERROR_NOT_SUPPORTED The device lacks concurrent managed access, or the driver is older than CUDA 12.2.
+ * @retval GPUMEM_ERROR_NOT_SUPPORTED The device or driver refuses prefetching (devices without concurrent
+ *         managed access may), or the driver is older than CUDA 12.2.
  * @retval GPUMEM_ERROR_NO_DRIVER
  * @retval GPUMEM_ERROR_NO_DEVICE
  * @retval GPUMEM_ERROR_DRIVER
@@ -320,7 +320,7 @@ GPUMEM_API gpumem_status_t gpumem_managed_prefetch(void* ptr, size_t size, int32
  * @param[in] size Bytes; not 0.
  * @param[in] advice One of ::gpumem_advice.
  * @param[in] location A device index or ::GPUMEM_LOCATION_HOST; ignored for the read-mostly
- *            advice. ::GPUMEM_ADVICE_SET_ACCESSED_BY and its unset take a device.
+ *            advice. ::GPUMEM_ADVICE_SET_ACCESSED_BY and its unset take a device, not the host.
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p ptr is NULL, @p size is 0, @p advice is unknown, or @p location does not fit the advice.
  * @retval GPUMEM_ERROR_INVALID_POINTER The range is not managed memory.
@@ -340,7 +340,7 @@ GPUMEM_API gpumem_status_t gpumem_managed_advise(void* ptr, size_t size, int32_t
  * @param[in] ptr Start of the range, inside managed memory.
  * @param[in] size Bytes; not 0.
  * @param[in,out] out_info @c struct_size set by the caller; the rest is filled in
- *                (zeroed on failure, @c struct_size kept).
+ *                (zeroed on failure as far as @c struct_size reaches, @c struct_size kept).
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p ptr or @p out_info is NULL, @p size is 0, or @c struct_size is too small.
  * @retval GPUMEM_ERROR_INVALID_POINTER The range is not managed memory.

@@ -32,7 +32,7 @@ typedef struct gpumem_pointer_info_s {
   int32_t device;         /**< Device of the allocation or registration; -1 for plain host memory. */
   bool is_managed;        /**< Managed memory. */
   bool is_pinned;         /**< Page-locked host memory (pinned or registered). */
-  void* host_ptr;         /**< The address as the host reaches it; NULL if the host cannot. */
+  void* host_ptr;         /**< The address as the host reaches it (the address itself for plain host memory); NULL if the host cannot. */
   void* device_ptr;       /**< The address as the device reaches it; NULL if the device cannot. */
   void* base;             /**< Start of the allocation or registered range; NULL for plain host memory. */
   size_t size;            /**< Size of that allocation or range; 0 for plain host memory. */
@@ -45,7 +45,7 @@ typedef struct gpumem_pointer_info_s {
  * Plain host memory is not an error: it answers ::GPUMEM_MEMORY_UNREGISTERED, not pinned.
  * @param[in] ptr Any address, NULL included (which is plain host memory).
  * @param[in,out] out_info @c struct_size set by the caller; the rest is filled in
- *                (zeroed on failure, @c struct_size kept).
+ *                (zeroed on failure as far as @c struct_size reaches, @c struct_size kept).
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p out_info is NULL or its @c struct_size is too small.
  * @retval GPUMEM_ERROR_NO_DRIVER

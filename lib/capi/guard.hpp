@@ -28,17 +28,18 @@ gpumem_status_t guard(Body&& body) noexcept {
   }
 }
 
-// Checks a caller's output struct and clears all of it but struct_size. Every struct is at its
-// first released size, so struct_size must be at least that.
+// Checks a caller's output struct and clears all of it but struct_size (no further than the
+// caller's struct_size says it reaches). Every struct is at its first released size, so
+// struct_size must be at least that.
 template <class T>
 T& out_struct(T* out, const char* name) {
   require_out(out, name);
-  if (out->struct_size < sizeof(T))
-    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s->struct_size is %zu; set it to sizeof (%zu)", name, out->struct_size,
-         sizeof(T));
   const size_t struct_size = out->struct_size;
-  std::memset(static_cast<void*>(out), 0, sizeof(T));
-  out->struct_size = struct_size;
+  const size_t head = sizeof out->struct_size;
+  if (struct_size > head)
+    std::memset(reinterpret_cast<char*>(out) + head, 0, (struct_size < sizeof(T) ? struct_size : sizeof(T)) - head);
+  if (struct_size < sizeof(T))
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s->struct_size is %zu; set it to sizeof (%zu)", name, struct_size, sizeof(T));
   return *out;
 }
 

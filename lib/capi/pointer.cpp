@@ -12,7 +12,8 @@ GPUMEM_API gpumem_status_t gpumem_pointer_get_info(const void* ptr, gpumem_point
       out.device = info.device;
       out.is_managed = info.managed;
       out.is_pinned = info.memory_type == GPUMEM_MEMORY_HOST;
-      out.host_ptr = info.host;
+      // The host reaches its own plain memory at the address itself.
+      out.host_ptr = info.memory_type == GPUMEM_MEMORY_UNREGISTERED ? const_cast<void*>(ptr) : info.host;
       out.device_ptr = gpumem::memory::device_address(ptr, info);
       out.base = reinterpret_cast<void*>(info.base);
       out.size = info.size;

@@ -87,6 +87,8 @@ std::string grouped(uint64_t n) {
   return digits;
 }
 
+std::string bytes(uint64_t n) { return grouped(n) + (n == 1 ? " byte" : " bytes"); }
+
 void fail(gpumem_status_t status, const char* fmt, ...) {
   va_list args;
   va_start(args, fmt);

@@ -26,6 +26,9 @@ class Error : public std::exception {
 // printf-style formatting into a std::string.
 std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
+// "1 byte", "4,096 bytes": a byte count for a detail.
+std::string bytes(uint64_t n);
+
 // A count with thousands separators, as the details print them: 1073741824 -> "1,073,741,824".
 std::string grouped(uint64_t n);
 

@@ -20,6 +20,7 @@ struct Loaded {
   int32_t cuda_result = 0;
   gpumem_status_t device_status = GPUMEM_SUCCESS;  // NO_DEVICE when cuInit found none
   std::string device_detail;
+  int32_t device_result = 0;
   int device_count = 0;
   std::unique_ptr<std::atomic<CUcontext>[]> contexts;
   std::mutex retain_mutex;
@@ -56,12 +57,15 @@ void load(Loaded& out) {
 
   if (!a.cuInit || !a.cuDriverGetVersion || !a.cuGetErrorName || !a.cuDeviceGetCount) {
     out.status = GPUMEM_ERROR_NO_DRIVER;
-    out.detail = format("the CUDA driver %s lacks cuInit, cuDriverGetVersion or cuDeviceGetCount", path.c_str());
+    out.detail = format("the CUDA driver %s resolves no cuInit, cuDriverGetVersion or cuDeviceGetCount (is it the "
+                        "CUDA Toolkit's stub library?)",
+                        path.c_str());
     return;
   }
   const CUresult init = a.cuInit(0);
   if (init == CUDA_ERROR_NO_DEVICE) {
     out.device_status = GPUMEM_ERROR_NO_DEVICE;
+    out.device_result = init;
     out.device_detail = "the CUDA driver reports no device (cuInit: CUDA_ERROR_NO_DEVICE)";
   } else if (init != CUDA_SUCCESS) {
     const char* name = nullptr;
@@ -86,6 +90,7 @@ void load(Loaded& out) {
   const CUresult counted = a.cuDeviceGetCount(&count);
   if (counted != CUDA_SUCCESS || count <= 0) {
     out.device_status = GPUMEM_ERROR_NO_DEVICE;
+    out.device_result = counted;
     out.device_detail = "the CUDA driver reports no device";
     return;
   }
@@ -146,7 +151,7 @@ const Api& api() {
 const Api& device_api() {
   const Api& a = api();
   Loaded& l = loaded();
-  if (l.device_status != GPUMEM_SUCCESS) throw Error(l.device_status, l.device_detail);
+  if (l.device_status != GPUMEM_SUCCESS) throw Error(l.device_status, l.device_detail, l.device_result);
   return a;
 }
 
@@ -187,8 +192,8 @@ CUcontext current_context() {
   return primary_context(0);
 }
 
-CUcontext stream_context(CUstream stream, CUcontext fallback) {
-  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return fallback;
+CUcontext stream_context(CUstream stream) {
+  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return nullptr;
   CUcontext ctx = nullptr;
   check(device_api().cuStreamGetCtx(stream, &ctx), "cuStreamGetCtx (is the stream valid?)");
   return ctx;

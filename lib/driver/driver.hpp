@@ -81,9 +81,9 @@ CUcontext primary_context(int device);
 // it has one (so it follows cudaSetDevice), else device 0's primary context.
 CUcontext current_context();
 
-// The context work on a stream runs in: the stream's own, or for the default streams (NULL,
-// legacy, per-thread) the given fallback.
-CUcontext stream_context(CUstream stream, CUcontext fallback);
+// The context a stream belongs to; NULL for the default streams (NULL, legacy, per-thread), whose
+// context is the caller's choice.
+CUcontext stream_context(CUstream stream);
 
 // Throws the status that matches a failed CUresult, with "<what>: CUDA_ERROR_X (message)".
 [[noreturn]] void throw_result(CUresult result, const std::string& what);

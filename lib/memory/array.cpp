@@ -29,10 +29,9 @@ Registry& registry() {
   return *r;
 }
 
+// Call with the registry's mutex held.
 void require_live(const gpumem_array_t* array) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  if (!r.live.count(array))
+  if (!registry().live.count(array))
     fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem array (destroyed, or never created)",
          static_cast<const void*>(array));
 }
@@ -119,6 +118,9 @@ void array_destroy(gpumem_array_t* array) {
 }
 
 void array_get_desc(const gpumem_array_t* array, gpumem_array_desc_t& out) {
+  Registry& r = registry();
+  // Held throughout, so a destroy on another thread cannot free the array under us.
+  std::lock_guard<std::mutex> lock(r.mutex);
   require_live(array);
   CUDA_ARRAY3D_DESCRIPTOR cd{};
   driver::ContextScope scope(array->context);

@@ -36,12 +36,11 @@ void memset(void* dst, uint32_t value, unsigned element_size, size_t count, CUst
   require_no_wrap(dst, bytes, "dst");
   const PointerInfo info = pointer_info(dst);
   if (info.memory_type == GPUMEM_MEMORY_UNREGISTERED)
-    fail(GPUMEM_ERROR_INVALID_POINTER, "dst %p is %s, which the device cannot write; use memset", dst,
+    fail(GPUMEM_ERROR_INVALID_POINTER, "dst %p is %s, which the device cannot write; use the C library's memset()", dst,
          describe_kind(info).c_str());
   require_within_allocation(dst, bytes, info, "dst");
   const driver::Api& a = driver::api();
-  const CUcontext ctx = context_of(info);
-  driver::ContextScope scope(async ? driver::stream_context(stream, ctx) : ctx);
+  driver::ContextScope scope(async ? context_for(stream, info) : context_of(info));
   CUresult r;
   const CUdeviceptr d = address(dst);
   switch (element_size) {
@@ -72,9 +71,9 @@ void copy(void* dst, const void* src, size_t size, CUstream stream, bool async) 
   const PointerInfo from = pointer_info(src);
   require_within_allocation(dst, size, to, "dst");
   require_within_allocation(src, size, from, "src");
-  const CUcontext ctx = context_of(to.memory_type != GPUMEM_MEMORY_UNREGISTERED ? to : from);
+  const PointerInfo& device_side = to.memory_type != GPUMEM_MEMORY_UNREGISTERED ? to : from;
   const driver::Api& a = driver::api();
-  driver::ContextScope scope(async ? driver::stream_context(stream, ctx) : ctx);
+  driver::ContextScope scope(async ? context_for(stream, device_side) : context_of(device_side));
   const CUresult r = async ? a.cuMemcpyAsync(address(dst), address(src), size, stream)
                            : a.cuMemcpy(address(dst), address(src), size);
   if (r != CUDA_SUCCESS)

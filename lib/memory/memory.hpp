@@ -31,6 +31,8 @@ void* device_address(const void* p, const PointerInfo& info);
 std::string describe_kind(const PointerInfo& info);
 // The context to work on memory in: the allocation's, else the current one.
 CUcontext context_of(const PointerInfo& info);
+// The context for work on memory queued on a stream: the stream's, else the memory's.
+CUcontext context_for(CUstream stream, const PointerInfo& info);
 // Throws GPUMEM_ERROR_INVALID_POINTER if [p, p + size) runs past the end of its allocation.
 void require_within_allocation(const void* p, size_t size, const PointerInfo& info, const char* role);
 

@@ -76,15 +76,20 @@ CUcontext context_of(const PointerInfo& info) {
   return driver::current_context();
 }
 
+CUcontext context_for(CUstream stream, const PointerInfo& info) {
+  const CUcontext ctx = driver::stream_context(stream);
+  return ctx ? ctx : context_of(info);
+}
+
 void require_within_allocation(const void* p, size_t size, const PointerInfo& info, const char* role) {
   if (info.size == 0) return;  // plain host memory: its bounds are unknown
   const uintptr_t start = reinterpret_cast<uintptr_t>(p);
   const uintptr_t end = info.base + info.size;
   if (start + size > end)
     fail(GPUMEM_ERROR_INVALID_POINTER,
-         "%s range %p + %s bytes runs %s bytes past the end of its allocation (%s at %p, %s bytes)", role, p,
-         grouped(size).c_str(), grouped(start + size - end).c_str(), describe_kind(info).c_str(),
-         reinterpret_cast<void*>(info.base), grouped(info.size).c_str());
+         "%s range %p + %s runs %s past the end of its allocation (%s at %p, %s)", role, p, bytes(size).c_str(),
+         bytes(start + size - end).c_str(), describe_kind(info).c_str(), reinterpret_cast<void*>(info.base),
+         bytes(info.size).c_str());
 }
 
 }  // namespace gpumem::memory

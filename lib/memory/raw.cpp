@@ -45,22 +45,18 @@ bool check_allocation_start(void* p, int32_t expected_type, const char* fn, Poin
          expected_type == GPUMEM_MEMORY_DEVICE ? "device memory" : describe_kind(want).c_str());
   }
   if (info.base != reinterpret_cast<uintptr_t>(p))
-    fail(GPUMEM_ERROR_INVALID_POINTER, "%s: %p lies %s bytes inside the allocation at %p (%s bytes); pass its start",
-         fn, p, grouped(reinterpret_cast<uintptr_t>(p) - info.base).c_str(), reinterpret_cast<void*>(info.base),
-         grouped(info.size).c_str());
+    fail(GPUMEM_ERROR_INVALID_POINTER, "%s: %p lies %s inside the allocation at %p (%s); pass its start", fn, p,
+         bytes(reinterpret_cast<uintptr_t>(p) - info.base).c_str(), reinterpret_cast<void*>(info.base),
+         bytes(info.size).c_str());
   return true;
 }
 
-// A failed free of a pointer that passed the checks: the driver's word, as an invalid pointer.
-void check_free(CUresult r, const char* call, void* p) {
+// A failed free of a pointer that passed the checks. The driver refuses what it does not know as
+// this kind of allocation: that is an invalid pointer, explained by the hint.
+void check_free(CUresult r, const char* call, void* p, const char* hint) {
   if (r == CUDA_SUCCESS || r == CUDA_ERROR_DEINITIALIZED) return;
-  if (r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED) {
-    try {
-      driver::throw_result(r, format("%s(%p)", call, p));
-    } catch (const Error& e) {
-      throw Error(GPUMEM_ERROR_INVALID_POINTER, e.what(), e.cuda_result());
-    }
-  }
+  if (r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)
+    throw Error(GPUMEM_ERROR_INVALID_POINTER, format("%s(%p) refused it: %s", call, p, hint), r);
   driver::throw_result(r, format("%s(%p)", call, p));
 }
 
@@ -115,13 +111,14 @@ void device_free(void* p) {
   PointerInfo info;
   if (!check_allocation_start(p, GPUMEM_MEMORY_DEVICE, "gpumem_device_free", info)) return;
   driver::ContextScope scope(context_of(info));
-  check_free(driver::api().cuMemFree(address(p)), "cuMemFree", p);
+  check_free(driver::api().cuMemFree(address(p)), "cuMemFree", p, "not an allocation of gpumem_device_alloc");
 }
 
 void* device_alloc_async(int device, size_t size, CUstream stream) {
   const driver::Api& a = driver::device_api();
   const CUcontext primary = driver::primary_context(device);
-  const CUcontext ctx = driver::stream_context(stream, primary);
+  CUcontext ctx = driver::stream_context(stream);
+  if (!ctx) ctx = primary;
   if (ctx != primary) {
     const int stream_device = device_of(ctx);
     if (stream_device != device)
@@ -136,7 +133,8 @@ void* device_alloc_async(int device, size_t size, CUstream stream) {
 
 void* device_alloc_from_pool(CUmemoryPool pool, size_t size, CUstream stream) {
   const driver::Api& a = driver::device_api();
-  driver::ContextScope scope(driver::stream_context(stream, driver::current_context()));
+  CUcontext ctx = driver::stream_context(stream);
+  driver::ContextScope scope(ctx ? ctx : driver::current_context());
   CUdeviceptr p = 0;
   const CUresult r = a.cuMemAllocFromPoolAsync(&p, size, pool, stream);
   if (r != CUDA_SUCCESS) throw_alloc_failure(r, "cuMemAllocFromPoolAsync", size, -1);
@@ -146,8 +144,8 @@ void* device_alloc_from_pool(CUmemoryPool pool, size_t size, CUstream stream) {
 void device_free_async(void* p, CUstream stream) {
   PointerInfo info;
   if (!check_allocation_start(p, GPUMEM_MEMORY_DEVICE, "gpumem_device_free_async", info)) return;
-  driver::ContextScope scope(driver::stream_context(stream, context_of(info)));
-  check_free(driver::api().cuMemFreeAsync(address(p), stream), "cuMemFreeAsync", p);
+  driver::ContextScope scope(context_for(stream, info));
+  check_free(driver::api().cuMemFreeAsync(address(p), stream), "cuMemFreeAsync", p, "not a device allocation");
 }
 
 void* host_alloc(size_t size, unsigned flags) {
@@ -168,12 +166,23 @@ void host_free(void* p) {
   PointerInfo info;
   if (!check_allocation_start(p, GPUMEM_MEMORY_HOST, "gpumem_host_free", info)) return;
   driver::ContextScope scope(context_of(info));
-  check_free(driver::api().cuMemFreeHost(p), "cuMemFreeHost", p);
+  check_free(driver::api().cuMemFreeHost(p), "cuMemFreeHost", p,
+             "not a pinned allocation; a registered range is released with gpumem_host_unregister");
 }
 
 void host_register(void* p, size_t size, unsigned flags) {
   if (flags & ~kHostRegisterFlags) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "unknown host register flags 0x%x", flags & ~kHostRegisterFlags);
   require_range_arguments(p, size);
+  // The driver says only "invalid value" for ranges that overlap pinned allocations.
+  for (const char* end : {static_cast<const char*>(p), static_cast<const char*>(p) + size - 1}) {
+    const PointerInfo info = pointer_info(end);
+    if (info.memory_type == GPUMEM_MEMORY_HOST)
+      fail(GPUMEM_ERROR_ALREADY_REGISTERED, "%p + %s overlaps page-locked memory at %p (%s)", p, bytes(size).c_str(),
+           reinterpret_cast<void*>(info.base), bytes(info.size).c_str());
+    if (info.memory_type != GPUMEM_MEMORY_UNREGISTERED)
+      fail(GPUMEM_ERROR_INVALID_POINTER, "%p + %s overlaps %s at %p; only host memory can be registered", p,
+           bytes(size).c_str(), describe_kind(info).c_str(), reinterpret_cast<void*>(info.base));
+  }
   const driver::Api& a = driver::device_api();
   driver::ContextScope scope(driver::current_context());
   const CUresult r = a.cuMemHostRegister(p, size, flags);
@@ -186,12 +195,16 @@ void host_unregister(void* p) {
   if (info.memory_type != GPUMEM_MEMORY_HOST)
     fail(GPUMEM_ERROR_INVALID_POINTER, "gpumem_host_unregister: %p is %s, not a registered host range", p,
          describe_kind(info).c_str());
+  if (info.base != reinterpret_cast<uintptr_t>(p))
+    fail(GPUMEM_ERROR_INVALID_POINTER, "gpumem_host_unregister: %p lies %s inside the page-locked range at %p; pass its start",
+         p, bytes(reinterpret_cast<uintptr_t>(p) - info.base).c_str(), reinterpret_cast<void*>(info.base));
   driver::ContextScope scope(context_of(info));
   const CUresult r = driver::api().cuMemHostUnregister(p);
   if (r == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED || r == CUDA_ERROR_INVALID_VALUE)
-    fail(GPUMEM_ERROR_INVALID_POINTER,
-         "gpumem_host_unregister: %p is not the start of a registered range (it lies in page-locked memory at %p)", p,
-         reinterpret_cast<void*>(info.base));
+    throw Error(GPUMEM_ERROR_INVALID_POINTER,
+                format("gpumem_host_unregister: %p is a pinned allocation, not a registered range; free it with "
+                       "gpumem_host_free", p),
+                r);
   driver::check(r, "cuMemHostUnregister");
 }
 
@@ -203,7 +216,8 @@ void* host_device_pointer(void* p) {
   CUdeviceptr d = 0;
   const CUresult r = driver::api().cuMemHostGetDevicePointer(&d, p, 0);
   if (r == CUDA_ERROR_INVALID_VALUE)
-    fail(GPUMEM_ERROR_INVALID_POINTER, "%p is page-locked host memory that is not mapped for the device", p);
+    throw Error(GPUMEM_ERROR_INVALID_POINTER,
+                format("%p is page-locked host memory that is not mapped for the device", p), r);
   driver::check(r, "cuMemHostGetDevicePointer");
   return reinterpret_cast<void*>(d);
 }
@@ -225,7 +239,7 @@ void managed_free(void* p) {
   PointerInfo info;
   if (!check_allocation_start(p, GPUMEM_MEMORY_MANAGED, "gpumem_managed_free", info)) return;
   driver::ContextScope scope(context_of(info));
-  check_free(driver::api().cuMemFree(address(p)), "cuMemFree", p);
+  check_free(driver::api().cuMemFree(address(p)), "cuMemFree", p, "not a managed allocation");
 }
 
 void managed_prefetch(void* p, size_t size, int location, CUstream stream) {
@@ -235,7 +249,7 @@ void managed_prefetch(void* p, size_t size, int location, CUstream stream) {
   const PointerInfo info = require_managed_range(p, size, "gpumem_managed_prefetch");
   const driver::Api& a = driver::api();
   if (!a.cuMemPrefetchAsync) fail(GPUMEM_ERROR_NOT_SUPPORTED, "prefetch needs a CUDA 12.2 or newer driver");
-  driver::ContextScope scope(driver::stream_context(stream, context_of(info)));
+  driver::ContextScope scope(context_for(stream, info));
   const CUresult r = a.cuMemPrefetchAsync(address(p), size, location_of(location), 0, stream);
   if (r != CUDA_SUCCESS)
     driver::throw_result(r, format("cuMemPrefetchAsync(%p, %s bytes, to %s %d)", p, grouped(size).c_str(),
@@ -248,6 +262,9 @@ void managed_advise(void* p, size_t size, int advice, int location) {
   const bool takes_location = advice != GPUMEM_ADVICE_SET_READ_MOSTLY && advice != GPUMEM_ADVICE_UNSET_READ_MOSTLY;
   require_range_arguments(p, size);
   if (takes_location) require_location_value(location);
+  if ((advice == GPUMEM_ADVICE_SET_ACCESSED_BY || advice == GPUMEM_ADVICE_UNSET_ACCESSED_BY) &&
+      location == GPUMEM_LOCATION_HOST)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "accessed-by advice takes a device, not GPUMEM_LOCATION_HOST");
   if (takes_location) require_location_present(location);
   const PointerInfo info = require_managed_range(p, size, "gpumem_managed_advise");
   const driver::Api& a = driver::api();

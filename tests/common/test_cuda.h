@@ -14,7 +14,7 @@ typedef int (*test_cu_fn_stream_create)(gpumem_stream_t* s, unsigned flags);
 typedef int (*test_cu_fn_stream)(gpumem_stream_t s);
 typedef int (*test_cu_fn_pool)(gpumem_cuda_pool_t* pool, int dev);
 
-static void* test_cu_symbol(const char* name) {
+static inline void* test_cu_symbol(const char* name) {
   static void* lib = NULL;
   if (!lib) lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   assert_non_null(lib);
@@ -24,19 +24,19 @@ static void* test_cu_symbol(const char* name) {
 }
 
 /* Runs with device's primary context current, as gpumem does; returns what to pass to test_cu_pop. */
-static void test_cu_push(int device) {
+static inline void test_cu_push(int device) {
   void* ctx = NULL;
   assert_int_equal(((test_cu_fn_ctx_retain)test_cu_symbol("cuDevicePrimaryCtxRetain"))(&ctx, device), 0);
   assert_int_equal(((test_cu_fn_ctx)test_cu_symbol("cuCtxPushCurrent_v2"))(ctx), 0);
 }
 
-static void test_cu_pop(void) {
+static inline void test_cu_pop(void) {
   void* ctx = NULL;
   assert_int_equal(((test_cu_fn_ctx_pop)test_cu_symbol("cuCtxPopCurrent_v2"))(&ctx), 0);
 }
 
 /* A non-blocking stream on a device, as a caller of gpumem would bring. */
-static gpumem_stream_t test_stream_create(int device) {
+static inline gpumem_stream_t test_stream_create(int device) {
   gpumem_stream_t s = NULL;
   test_cu_push(device);
   assert_int_equal(((test_cu_fn_stream_create)test_cu_symbol("cuStreamCreate"))(&s, 1 /* CU_STREAM_NON_BLOCKING */), 0);
@@ -44,16 +44,16 @@ static gpumem_stream_t test_stream_create(int device) {
   return s;
 }
 
-static void test_stream_sync(gpumem_stream_t s) {
+static inline void test_stream_sync(gpumem_stream_t s) {
   assert_int_equal(((test_cu_fn_stream)test_cu_symbol("cuStreamSynchronize"))(s), 0);
 }
 
-static void test_stream_destroy(gpumem_stream_t s) {
+static inline void test_stream_destroy(gpumem_stream_t s) {
   assert_int_equal(((test_cu_fn_stream)test_cu_symbol("cuStreamDestroy_v2"))(s), 0);
 }
 
 /* The device's default CUDA memory pool (cuDeviceGetDefaultMemPool). */
-static gpumem_cuda_pool_t test_default_pool(int device) {
+static inline gpumem_cuda_pool_t test_default_pool(int device) {
   gpumem_cuda_pool_t pool = NULL;
   assert_int_equal(((test_cu_fn_pool)test_cu_symbol("cuDeviceGetDefaultMemPool"))(&pool, device), 0);
   return pool;
