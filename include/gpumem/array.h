@@ -49,6 +49,9 @@ typedef struct gpumem_array_desc_s {
 /**
  * @brief Fills an array description with the defaults of ::GPUMEM_ARRAY_DESC_INIT, for callers
  *        that cannot use the macro.
+ *
+ * @c desc->struct_size is set to the size this library fills, which is smaller than
+ * @p struct_size when the caller was written for a newer gpumem.
  * @param[out] desc The description to fill.
  * @param[in] struct_size `sizeof(gpumem_array_desc_t)` as the caller knows it.
  * @retval GPUMEM_SUCCESS

@@ -237,6 +237,7 @@ static void test_host_memory_free_registered(void** state) {
   assert_ok(gpumem_host_register(buf, REGION, 0));
   assert_status(gpumem_host_free(buf), GPUMEM_ERROR_INVALID_POINTER);
   assert_detail_contains("cuMemFreeHost");
+  assert_detail_contains("gpumem_host_unregister");
   assert_int_equal(pointer_info(buf).memory_type, GPUMEM_MEMORY_HOST);
   assert_ptr_equal(pointer_info(buf).base, buf);
   assert_ok(gpumem_host_unregister(buf));
@@ -330,7 +331,7 @@ static void test_host_memory_register_twice(void** state) {
   uint8_t* buf = aligned_buffer(REGION);
   assert_ok(gpumem_host_register(buf, REGION, 0));
   assert_status(gpumem_host_register(buf, REGION, 0), GPUMEM_ERROR_ALREADY_REGISTERED);
-  assert_detail_contains("CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED");
+  assert_detail_contains("overlaps page-locked memory");
   /* Part of the range counts as well. */
   assert_status(gpumem_host_register(buf + PAGE, PAGE, 0), GPUMEM_ERROR_ALREADY_REGISTERED);
   /* The first registration is untouched: one unregister ends it. */
@@ -341,17 +342,31 @@ static void test_host_memory_register_twice(void** state) {
   free(buf);
 }
 
-/* Memory from gpumem_host_alloc is page-locked already; registering it again must fail and leave
- * the allocation as it was. (The driver answers CUDA_ERROR_INVALID_VALUE, which gpumem passes on
- * as INVALID_ARGUMENT, so only the refusal is asserted here.) */
+/* Memory from gpumem_host_alloc is page-locked already; registering it again is refused and leaves
+ * the allocation as it was. */
+/* A range that begins before a registered one and ends inside it. */
+static void test_host_memory_register_overlapping_start(void** state) {
+  (void)state;
+  require_gpu();
+  uint8_t* buf = aligned_buffer(3 * REGION);
+  assert_ok(gpumem_host_register(buf + REGION, REGION, 0));
+  assert_status(gpumem_host_register(buf, REGION + PAGE, 0), GPUMEM_ERROR_ALREADY_REGISTERED);
+  assert_detail_contains("overlaps page-locked memory");
+  assert_int_equal(pointer_info(buf).memory_type, GPUMEM_MEMORY_UNREGISTERED);
+  assert_ok(gpumem_host_unregister(buf + REGION));
+  free(buf);
+}
+
 static void test_host_memory_register_pinned_allocation(void** state) {
   (void)state;
   require_gpu();
   uint8_t* p = NULL;
   assert_ok(gpumem_host_alloc(REGION, 0, (void**)&p));
   fill_pattern(p, REGION, 11);
-  const gpumem_status_t st = gpumem_host_register(p, REGION, 0);
-  if (st == GPUMEM_SUCCESS) fail_msg("registering a pinned allocation succeeded");
+  assert_status(gpumem_host_register(p, REGION, 0), GPUMEM_ERROR_ALREADY_REGISTERED);
+  assert_detail_contains("overlaps page-locked memory");
+  /* So is a plain range whose last byte falls inside it. */
+  assert_status(gpumem_host_register(p + REGION - 1, 1, 0), GPUMEM_ERROR_ALREADY_REGISTERED);
   const gpumem_pointer_info_t info = pointer_info(p);
   assert_int_equal(info.memory_type, GPUMEM_MEMORY_HOST);
   assert_ptr_equal(info.base, p);
@@ -374,7 +389,7 @@ static void test_host_memory_unregister_interior(void** state) {
   uint8_t* buf = aligned_buffer(REGION);
   assert_ok(gpumem_host_register(buf, REGION, 0));
   assert_status(gpumem_host_unregister(buf + PAGE), GPUMEM_ERROR_INVALID_POINTER);
-  assert_detail_contains("not the start of a registered range");
+  assert_detail_contains("inside the page-locked range");
   assert_int_equal(pointer_info(buf).memory_type, GPUMEM_MEMORY_HOST);
   assert_ok(gpumem_host_unregister(buf));
   free(buf);
@@ -386,6 +401,7 @@ static void test_host_memory_unregister_pinned_allocation(void** state) {
   void* p = NULL;
   assert_ok(gpumem_host_alloc(PAGE, 0, &p));
   assert_status(gpumem_host_unregister(p), GPUMEM_ERROR_INVALID_POINTER);
+  assert_detail_contains("is a pinned allocation, not a registered range");
   assert_int_equal(pointer_info(p).memory_type, GPUMEM_MEMORY_HOST);
   assert_ok(gpumem_host_free(p));
 }
@@ -475,6 +491,7 @@ int main(void) {
       cmocka_unit_test(test_host_memory_register_mmap),
       cmocka_unit_test(test_host_memory_register_iomemory_on_ram),
       cmocka_unit_test(test_host_memory_register_twice),
+      cmocka_unit_test(test_host_memory_register_overlapping_start),
       cmocka_unit_test(test_host_memory_register_pinned_allocation),
       cmocka_unit_test(test_host_memory_unregister_not_registered),
       cmocka_unit_test(test_host_memory_unregister_interior),
