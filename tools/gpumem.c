@@ -1,14 +1,11 @@
 /* gpumem: the command-line tool. `gpumem info` describes the driver and the devices. */
+#include <gpumem/gpumem.h>
 #include <stdio.h>
 #include <string.h>
 
-#include <gpumem/gpumem.h>
-
 static const char* yes_no(bool b) { return b ? "yes" : "no"; }
 
-static void print_mib(const char* label, size_t bytes) {
-  printf("  %-26s %zu MiB\n", label, bytes >> 20);
-}
+static void print_mib(const char* label, size_t bytes) { printf("  %-26s %zu MiB\n", label, bytes >> 20); }
 
 static int info(void) {
   printf("gpumem %s\n", gpumem_version_string());

@@ -16,14 +16,14 @@ typedef struct gpumem_array_s gpumem_array_t;
 
 /** @brief Element type of one channel of an array. @since 0.1.0 */
 enum gpumem_format {
-  GPUMEM_FORMAT_U8 = 1,   /**< 8-bit unsigned integer. */
-  GPUMEM_FORMAT_U16 = 2,  /**< 16-bit unsigned integer. */
-  GPUMEM_FORMAT_U32 = 3,  /**< 32-bit unsigned integer. */
-  GPUMEM_FORMAT_I8 = 4,   /**< 8-bit signed integer. */
-  GPUMEM_FORMAT_I16 = 5,  /**< 16-bit signed integer. */
-  GPUMEM_FORMAT_I32 = 6,  /**< 32-bit signed integer. */
-  GPUMEM_FORMAT_F16 = 7,  /**< 16-bit float (half). */
-  GPUMEM_FORMAT_F32 = 8   /**< 32-bit float. */
+  GPUMEM_FORMAT_U8 = 1,  /**< 8-bit unsigned integer. */
+  GPUMEM_FORMAT_U16 = 2, /**< 16-bit unsigned integer. */
+  GPUMEM_FORMAT_U32 = 3, /**< 32-bit unsigned integer. */
+  GPUMEM_FORMAT_I8 = 4,  /**< 8-bit signed integer. */
+  GPUMEM_FORMAT_I16 = 5, /**< 16-bit signed integer. */
+  GPUMEM_FORMAT_I32 = 6, /**< 32-bit signed integer. */
+  GPUMEM_FORMAT_F16 = 7, /**< 16-bit float (half). */
+  GPUMEM_FORMAT_F32 = 8  /**< 32-bit float. */
 };
 
 /**
@@ -34,17 +34,18 @@ enum gpumem_format {
  * @since 0.1.0
  */
 typedef struct gpumem_array_desc_s {
-  size_t struct_size;  /**< Size of this struct as the caller knows it. */
-  int32_t device;      /**< Device the array lives on. */
-  int32_t format;      /**< One of ::gpumem_format. */
-  uint32_t channels;   /**< Channels per element: 1, 2 or 4. */
-  size_t width;        /**< Elements in x; not 0. */
-  size_t height;       /**< Elements in y; 0 for 1D. */
-  size_t depth;        /**< Elements in z; 0 for 1D and 2D. */
+  size_t struct_size; /**< Size of this struct as the caller knows it. */
+  int32_t device;     /**< Device the array lives on. */
+  int32_t format;     /**< One of ::gpumem_format. */
+  uint32_t channels;  /**< Channels per element: 1, 2 or 4. */
+  size_t width;       /**< Elements in x; not 0. */
+  size_t height;      /**< Elements in y; 0 for 1D. */
+  size_t depth;       /**< Elements in z; 0 for 1D and 2D. */
 } gpumem_array_desc_t;
 
 /** @brief Initializer for a ::gpumem_array_desc_t: device 0, one `float` channel, no extents. */
-#define GPUMEM_ARRAY_DESC_INIT { sizeof(gpumem_array_desc_t), 0, GPUMEM_FORMAT_F32, 1, 0, 0, 0 }
+#define GPUMEM_ARRAY_DESC_INIT \
+  { sizeof(gpumem_array_desc_t), 0, GPUMEM_FORMAT_F32, 1, 0, 0, 0 }
 
 /**
  * @brief Fills an array description with the defaults of ::GPUMEM_ARRAY_DESC_INIT, for callers

@@ -56,7 +56,8 @@ GPUMEM_API gpumem_status_t gpumem_memset(void* dst, uint32_t value, uint32_t ele
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_memset_async(void* dst, uint32_t value, uint32_t element_size, size_t count, gpumem_stream_t stream);
+GPUMEM_API gpumem_status_t gpumem_memset_async(void* dst, uint32_t value, uint32_t element_size, size_t count,
+                                               gpumem_stream_t stream);
 
 /**
  * @brief Copies @p size bytes from @p src to @p dst, synchronously (`cuMemcpy`).

@@ -9,11 +9,10 @@
 #ifndef GPUMEM_CORE_H
 #define GPUMEM_CORE_H
 
+#include <gpumem/gpumem_version.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdbool.h>
-
-#include <gpumem/gpumem_version.h>
 
 /** @brief Marks a function exported by libgpumem. */
 #if defined(GPUMEM_BUILDING_LIBRARY)
@@ -34,19 +33,19 @@ typedef int32_t gpumem_status_t;
  * @since 0.1.0
  */
 enum gpumem_status {
-  GPUMEM_SUCCESS = 0,                      /**< The call did what was asked. */
-  GPUMEM_ERROR_INVALID_ARGUMENT = -1,      /**< An argument is NULL, zero, out of range or an unknown flag. */
-  GPUMEM_ERROR_OUT_OF_MEMORY = -2,         /**< The device or the host has no memory for the request. */
-  GPUMEM_ERROR_NO_DRIVER = -3,             /**< No usable CUDA driver could be loaded. */
-  GPUMEM_ERROR_NO_DEVICE = -4,             /**< The driver is loaded but reports no CUDA device. */
-  GPUMEM_ERROR_INVALID_DEVICE = -5,        /**< The device index is not that of a present device. */
-  GPUMEM_ERROR_NOT_SUPPORTED = -6,         /**< The device or the driver lacks the capability. */
-  GPUMEM_ERROR_INVALID_POINTER = -7,       /**< The pointer is not memory of the kind the call needs. */
-  GPUMEM_ERROR_INVALID_HANDLE = -8,        /**< The handle is NULL, destroyed or not one of gpumem's. */
-  GPUMEM_ERROR_ALREADY_REGISTERED = -9,    /**< The host range is already registered with the driver. */
-  GPUMEM_ERROR_STREAM_CAPTURE = -10,       /**< Not allowed while a stream is being captured into a graph. */
-  GPUMEM_ERROR_DRIVER = -11,               /**< Another CUDA error; see gpumem_last_cuda_result(). */
-  GPUMEM_ERROR_INTERNAL = -12              /**< A defect in gpumem; the detail says where. */
+  GPUMEM_SUCCESS = 0,                   /**< The call did what was asked. */
+  GPUMEM_ERROR_INVALID_ARGUMENT = -1,   /**< An argument is NULL, zero, out of range or an unknown flag. */
+  GPUMEM_ERROR_OUT_OF_MEMORY = -2,      /**< The device or the host has no memory for the request. */
+  GPUMEM_ERROR_NO_DRIVER = -3,          /**< No usable CUDA driver could be loaded. */
+  GPUMEM_ERROR_NO_DEVICE = -4,          /**< The driver is loaded but reports no CUDA device. */
+  GPUMEM_ERROR_INVALID_DEVICE = -5,     /**< The device index is not that of a present device. */
+  GPUMEM_ERROR_NOT_SUPPORTED = -6,      /**< The device or the driver lacks the capability. */
+  GPUMEM_ERROR_INVALID_POINTER = -7,    /**< The pointer is not memory of the kind the call needs. */
+  GPUMEM_ERROR_INVALID_HANDLE = -8,     /**< The handle is NULL, destroyed or not one of gpumem's. */
+  GPUMEM_ERROR_ALREADY_REGISTERED = -9, /**< The host range is already registered with the driver. */
+  GPUMEM_ERROR_STREAM_CAPTURE = -10,    /**< Not allowed while a stream is being captured into a graph. */
+  GPUMEM_ERROR_DRIVER = -11,            /**< Another CUDA error; see gpumem_last_cuda_result(). */
+  GPUMEM_ERROR_INTERNAL = -12           /**< A defect in gpumem; the detail says where. */
 };
 
 /**

@@ -24,18 +24,18 @@ extern "C" {
  * @since 0.1.0
  */
 typedef struct gpumem_device_info_s {
-  size_t struct_size;                /**< Size of this struct as the caller knows it. */
-  char name[256];                    /**< Product name, NUL-terminated. */
-  size_t total_memory;               /**< Device memory in bytes. */
-  int32_t compute_capability_major;  /**< Compute capability, major part (9 for an H200). */
-  int32_t compute_capability_minor;  /**< Compute capability, minor part. */
-  bool unified_addressing;           /**< Shares one address space with the host. */
-  bool managed_memory;               /**< Can allocate managed memory. */
-  bool concurrent_managed_access;    /**< Host and device can touch managed memory at once. */
-  bool memory_pools;                 /**< Supports stream-ordered allocation (memory pools). */
-  bool pageable_memory_access;       /**< Can read and write plain host memory directly. */
-  bool host_register;                /**< Can page-lock an existing host range (host register). */
-  bool can_map_host_memory;          /**< Can map page-locked host memory into its address space. */
+  size_t struct_size;               /**< Size of this struct as the caller knows it. */
+  char name[256];                   /**< Product name, NUL-terminated. */
+  size_t total_memory;              /**< Device memory in bytes. */
+  int32_t compute_capability_major; /**< Compute capability, major part (9 for an H200). */
+  int32_t compute_capability_minor; /**< Compute capability, minor part. */
+  bool unified_addressing;          /**< Shares one address space with the host. */
+  bool managed_memory;              /**< Can allocate managed memory. */
+  bool concurrent_managed_access;   /**< Host and device can touch managed memory at once. */
+  bool memory_pools;                /**< Supports stream-ordered allocation (memory pools). */
+  bool pageable_memory_access;      /**< Can read and write plain host memory directly. */
+  bool host_register;               /**< Can page-lock an existing host range (host register). */
+  bool can_map_host_memory;         /**< Can map page-locked host memory into its address space. */
 } gpumem_device_info_t;
 
 /**

@@ -8,11 +8,11 @@
 #ifndef GPUMEM_H
 #define GPUMEM_H
 
+#include "array.h"
+#include "copy.h"
 #include "core.h"
 #include "device.h"
 #include "memory.h"
-#include "copy.h"
-#include "array.h"
 #include "pointer.h"
 
 #endif /* GPUMEM_H */

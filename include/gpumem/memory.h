@@ -3,7 +3,8 @@
  * @brief Raw memory of every kind: device (synchronous and stream-ordered), pinned host,
  *        registered host ranges and managed memory.
  *
- * These calls go straight to the driver, one allocation each. Each kind has its own free, which refuses memory of another kind with
+ * These calls go straight to the driver, one allocation each. Each kind has its own free, which refuses memory of
+ * another kind with
  * ::GPUMEM_ERROR_INVALID_POINTER. Rules shared by every call here:
  * - a size of zero is refused with ::GPUMEM_ERROR_INVALID_ARGUMENT (no allocation is made);
  * - freeing NULL succeeds and does nothing, as `free(NULL)` does;
@@ -28,29 +29,30 @@ typedef struct CUmemPoolHandle_st* gpumem_cuda_pool_t;
 
 /** @brief Flags of gpumem_host_alloc(); the values of `CU_MEMHOSTALLOC_*`. @since 0.1.0 */
 enum gpumem_host_alloc_flags {
-  GPUMEM_HOST_ALLOC_PORTABLE = 0x1,      /**< Pinned for every device, not only the current one. */
-  GPUMEM_HOST_ALLOC_DEVICEMAP = 0x2,     /**< Mapped into the device address space. */
-  GPUMEM_HOST_ALLOC_WRITECOMBINED = 0x4  /**< Write-combined: fast to send, slow for the host to read. */
+  GPUMEM_HOST_ALLOC_PORTABLE = 0x1,     /**< Pinned for every device, not only the current one. */
+  GPUMEM_HOST_ALLOC_DEVICEMAP = 0x2,    /**< Mapped into the device address space. */
+  GPUMEM_HOST_ALLOC_WRITECOMBINED = 0x4 /**< Write-combined: fast to send, slow for the host to read. */
 };
 
 /** @brief Flags of gpumem_host_register(); the values of `CU_MEMHOSTREGISTER_*`. @since 0.1.0 */
 enum gpumem_host_register_flags {
-  GPUMEM_HOST_REGISTER_PORTABLE = 0x1,   /**< Pinned for every device, not only the current one. */
-  GPUMEM_HOST_REGISTER_DEVICEMAP = 0x2,  /**< Mapped into the device address space. */
-  GPUMEM_HOST_REGISTER_IOMEMORY = 0x4,   /**< The range is I/O memory (such as a PCIe BAR). */
-  GPUMEM_HOST_REGISTER_READ_ONLY = 0x8   /**< The device only reads the range. */
+  GPUMEM_HOST_REGISTER_PORTABLE = 0x1,  /**< Pinned for every device, not only the current one. */
+  GPUMEM_HOST_REGISTER_DEVICEMAP = 0x2, /**< Mapped into the device address space. */
+  GPUMEM_HOST_REGISTER_IOMEMORY = 0x4,  /**< The range is I/O memory (such as a PCIe BAR). */
+  GPUMEM_HOST_REGISTER_READ_ONLY = 0x8  /**< The device only reads the range. */
 };
 
 /** @brief Flags of gpumem_managed_alloc(); the values of `CU_MEM_ATTACH_*`. @since 0.1.0 */
 enum gpumem_managed_flags {
-  GPUMEM_MANAGED_ATTACH_GLOBAL = 0x1,    /**< Any stream on any device may touch it (the default, also for 0). */
-  GPUMEM_MANAGED_ATTACH_HOST = 0x2       /**< Attached to the host: not accessible from devices until attached to a stream (`cuStreamAttachMemAsync`). */
+  GPUMEM_MANAGED_ATTACH_GLOBAL = 0x1, /**< Any stream on any device may touch it (the default, also for 0). */
+  GPUMEM_MANAGED_ATTACH_HOST = 0x2    /**< Attached to the host: not accessible from devices until attached to a stream
+                                         (`cuStreamAttachMemAsync`). */
 };
 
 /** @brief Where managed memory lives or is wanted: a device index, or one of these. @since 0.1.0 */
 enum gpumem_location {
-  GPUMEM_LOCATION_HOST = -1,             /**< Host memory, as `CU_DEVICE_CPU`. */
-  GPUMEM_LOCATION_NONE = -2              /**< No location set, as `CU_DEVICE_INVALID`. */
+  GPUMEM_LOCATION_HOST = -1, /**< Host memory, as `CU_DEVICE_CPU`. */
+  GPUMEM_LOCATION_NONE = -2  /**< No location set, as `CU_DEVICE_INVALID`. */
 };
 
 /** @brief Advice for gpumem_managed_advise(); the values of `CU_MEM_ADVISE_*`. @since 0.1.0 */
@@ -71,11 +73,12 @@ enum gpumem_advice {
  * @since 0.1.0
  */
 typedef struct gpumem_managed_range_info_s {
-  size_t struct_size;               /**< Size of this struct as the caller knows it. */
-  bool read_mostly;                 /**< The whole range has read-mostly advice. */
-  int32_t preferred_location;       /**< Device index, ::GPUMEM_LOCATION_HOST, or ::GPUMEM_LOCATION_NONE if unset or mixed. */
-  int32_t last_prefetch_location;   /**< Device index, ::GPUMEM_LOCATION_HOST, or ::GPUMEM_LOCATION_NONE if never prefetched or mixed. */
-  uint64_t accessed_by;             /**< Bit d set: device d (d < 64) has accessed-by advice for the whole range. */
+  size_t struct_size;         /**< Size of this struct as the caller knows it. */
+  bool read_mostly;           /**< The whole range has read-mostly advice. */
+  int32_t preferred_location; /**< Device index, ::GPUMEM_LOCATION_HOST, or ::GPUMEM_LOCATION_NONE if unset or mixed. */
+  int32_t last_prefetch_location; /**< Device index, ::GPUMEM_LOCATION_HOST, or ::GPUMEM_LOCATION_NONE if never
+                                     prefetched or mixed. */
+  uint64_t accessed_by;           /**< Bit d set: device d (d < 64) has accessed-by advice for the whole range. */
 } gpumem_managed_range_info_t;
 
 /**
@@ -132,7 +135,8 @@ GPUMEM_API gpumem_status_t gpumem_device_free(void* ptr);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_device_alloc_async(int32_t device, size_t size, gpumem_stream_t stream, void** out_ptr);
+GPUMEM_API gpumem_status_t gpumem_device_alloc_async(int32_t device, size_t size, gpumem_stream_t stream,
+                                                     void** out_ptr);
 
 /**
  * @brief Allocates device memory ordered on a stream from a given CUDA memory pool
@@ -151,7 +155,8 @@ GPUMEM_API gpumem_status_t gpumem_device_alloc_async(int32_t device, size_t size
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_device_alloc_from_pool(gpumem_cuda_pool_t pool, size_t size, gpumem_stream_t stream, void** out_ptr);
+GPUMEM_API gpumem_status_t gpumem_device_alloc_from_pool(gpumem_cuda_pool_t pool, size_t size, gpumem_stream_t stream,
+                                                         void** out_ptr);
 
 /**
  * @brief Frees device memory ordered on a stream (`cuMemFreeAsync`): the memory is released
@@ -210,7 +215,8 @@ GPUMEM_API gpumem_status_t gpumem_host_free(void* ptr);
  * @param[in] size Bytes; not 0.
  * @param[in] flags 0 or a combination of ::gpumem_host_register_flags.
  * @retval GPUMEM_SUCCESS
- * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p ptr is NULL, @p size is 0, the range wraps around, or @p flags has an unknown bit.
+ * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p ptr is NULL, @p size is 0, the range wraps around, or @p flags has an
+ * unknown bit.
  * @retval GPUMEM_ERROR_ALREADY_REGISTERED Part of the range is already registered.
  * @retval GPUMEM_ERROR_NOT_SUPPORTED The device cannot register host memory, or not with these flags.
  * @retval GPUMEM_ERROR_OUT_OF_MEMORY
@@ -322,7 +328,8 @@ GPUMEM_API gpumem_status_t gpumem_managed_prefetch(void* ptr, size_t size, int32
  * @param[in] location A device index or ::GPUMEM_LOCATION_HOST; ignored for the read-mostly
  *            advice. ::GPUMEM_ADVICE_SET_ACCESSED_BY and its unset take a device, not the host.
  * @retval GPUMEM_SUCCESS
- * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p ptr is NULL, @p size is 0, @p advice is unknown, or @p location does not fit the advice.
+ * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p ptr is NULL, @p size is 0, @p advice is unknown, or @p location does not fit
+ * the advice.
  * @retval GPUMEM_ERROR_INVALID_POINTER The range is not managed memory.
  * @retval GPUMEM_ERROR_INVALID_DEVICE @p location names no present device.
  * @retval GPUMEM_ERROR_NOT_SUPPORTED The driver is older than CUDA 12.2.
@@ -351,7 +358,8 @@ GPUMEM_API gpumem_status_t gpumem_managed_advise(void* ptr, size_t size, int32_t
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_managed_get_range_info(const void* ptr, size_t size, gpumem_managed_range_info_t* out_info);
+GPUMEM_API gpumem_status_t gpumem_managed_get_range_info(const void* ptr, size_t size,
+                                                         gpumem_managed_range_info_t* out_info);
 
 #ifdef __cplusplus
 }

@@ -13,10 +13,10 @@ extern "C" {
 
 /** @brief Kind of memory behind an address; the values of `cudaMemoryType`. @since 0.1.0 */
 enum gpumem_memory_type {
-  GPUMEM_MEMORY_UNREGISTERED = 0,  /**< Plain host memory the driver does not know. */
-  GPUMEM_MEMORY_HOST = 1,          /**< Page-locked host memory: pinned or registered. */
-  GPUMEM_MEMORY_DEVICE = 2,        /**< Device memory. */
-  GPUMEM_MEMORY_MANAGED = 3        /**< Managed (unified) memory. */
+  GPUMEM_MEMORY_UNREGISTERED = 0, /**< Plain host memory the driver does not know. */
+  GPUMEM_MEMORY_HOST = 1,         /**< Page-locked host memory: pinned or registered. */
+  GPUMEM_MEMORY_DEVICE = 2,       /**< Device memory. */
+  GPUMEM_MEMORY_MANAGED = 3       /**< Managed (unified) memory. */
 };
 
 /**
@@ -27,15 +27,16 @@ enum gpumem_memory_type {
  * @since 0.1.0
  */
 typedef struct gpumem_pointer_info_s {
-  size_t struct_size;     /**< Size of this struct as the caller knows it. */
-  int32_t memory_type;    /**< One of ::gpumem_memory_type. */
-  int32_t device;         /**< Device of the allocation or registration; -1 for plain host memory. */
-  bool is_managed;        /**< Managed memory. */
-  bool is_pinned;         /**< Page-locked host memory (pinned or registered). */
-  void* host_ptr;         /**< The address as the host reaches it (the address itself for plain host memory); NULL if the host cannot. */
-  void* device_ptr;       /**< The address as the device reaches it; NULL if the device cannot. */
-  void* base;             /**< Start of the allocation or registered range; NULL for plain host memory. */
-  size_t size;            /**< Size of that allocation or range; 0 for plain host memory. */
+  size_t struct_size;  /**< Size of this struct as the caller knows it. */
+  int32_t memory_type; /**< One of ::gpumem_memory_type. */
+  int32_t device;      /**< Device of the allocation or registration; -1 for plain host memory. */
+  bool is_managed;     /**< Managed memory. */
+  bool is_pinned;      /**< Page-locked host memory (pinned or registered). */
+  void* host_ptr;   /**< The address as the host reaches it (the address itself for plain host memory); NULL if the host
+                       cannot. */
+  void* device_ptr; /**< The address as the device reaches it; NULL if the device cannot. */
+  void* base;       /**< Start of the allocation or registered range; NULL for plain host memory. */
+  size_t size;      /**< Size of that allocation or range; 0 for plain host memory. */
 } gpumem_pointer_info_t;
 
 /**

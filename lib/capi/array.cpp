@@ -1,6 +1,7 @@
 // CUDA arrays at the C boundary.
-#include "capi/guard.hpp"
 #include "memory/array.hpp"
+
+#include "capi/guard.hpp"
 
 using gpumem::capi::guard;
 

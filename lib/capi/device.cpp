@@ -1,6 +1,7 @@
 // Driver and device queries at the C boundary.
-#include "capi/guard.hpp"
 #include "driver/device.hpp"
+
+#include "capi/guard.hpp"
 #include "driver/driver.hpp"
 
 using gpumem::capi::guard;

@@ -1,6 +1,7 @@
 // Raw memory of every kind at the C boundary.
-#include "capi/guard.hpp"
 #include "memory/memory.hpp"
+
+#include "capi/guard.hpp"
 
 using gpumem::require;
 using gpumem::require_out;

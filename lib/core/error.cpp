@@ -6,19 +6,19 @@
 namespace gpumem {
 
 // Every status once: its value is in core.h, its name and message here.
-#define GPUMEM_STATUS_MAP(X)                                                              \
-  X(GPUMEM_SUCCESS, "success")                                                            \
-  X(GPUMEM_ERROR_INVALID_ARGUMENT, "invalid argument")                                    \
-  X(GPUMEM_ERROR_OUT_OF_MEMORY, "out of memory")                                          \
-  X(GPUMEM_ERROR_NO_DRIVER, "no usable CUDA driver")                                      \
-  X(GPUMEM_ERROR_NO_DEVICE, "no CUDA device")                                             \
-  X(GPUMEM_ERROR_INVALID_DEVICE, "no such device")                                        \
-  X(GPUMEM_ERROR_NOT_SUPPORTED, "not supported by this device or driver")                 \
-  X(GPUMEM_ERROR_INVALID_POINTER, "pointer is not memory of the kind this call needs")    \
-  X(GPUMEM_ERROR_INVALID_HANDLE, "invalid handle")                                        \
-  X(GPUMEM_ERROR_ALREADY_REGISTERED, "host memory is already registered")                 \
-  X(GPUMEM_ERROR_STREAM_CAPTURE, "not allowed while a stream is being captured")          \
-  X(GPUMEM_ERROR_DRIVER, "CUDA driver error")                                             \
+#define GPUMEM_STATUS_MAP(X)                                                           \
+  X(GPUMEM_SUCCESS, "success")                                                         \
+  X(GPUMEM_ERROR_INVALID_ARGUMENT, "invalid argument")                                 \
+  X(GPUMEM_ERROR_OUT_OF_MEMORY, "out of memory")                                       \
+  X(GPUMEM_ERROR_NO_DRIVER, "no usable CUDA driver")                                   \
+  X(GPUMEM_ERROR_NO_DEVICE, "no CUDA device")                                          \
+  X(GPUMEM_ERROR_INVALID_DEVICE, "no such device")                                     \
+  X(GPUMEM_ERROR_NOT_SUPPORTED, "not supported by this device or driver")              \
+  X(GPUMEM_ERROR_INVALID_POINTER, "pointer is not memory of the kind this call needs") \
+  X(GPUMEM_ERROR_INVALID_HANDLE, "invalid handle")                                     \
+  X(GPUMEM_ERROR_ALREADY_REGISTERED, "host memory is already registered")              \
+  X(GPUMEM_ERROR_STREAM_CAPTURE, "not allowed while a stream is being captured")       \
+  X(GPUMEM_ERROR_DRIVER, "CUDA driver error")                                          \
   X(GPUMEM_ERROR_INTERNAL, "internal error in gpumem")
 
 const char* status_name(gpumem_status_t status) noexcept {

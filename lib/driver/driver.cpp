@@ -44,22 +44,23 @@ void load(Loaded& out) {
     return;
   }
   Api& a = out.api;
-#define GPUMEM_DRIVER_RESOLVE(name, version)                                                               \
-  {                                                                                                        \
-    void* fn = nullptr;                                                                                    \
-    CUdriverProcAddressQueryResult found{};                                                                \
-    if (get_proc(#name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &found) == CUDA_SUCCESS &&              \
-        found == CU_GET_PROC_ADDRESS_SUCCESS)                                                              \
-      a.name = reinterpret_cast<PFN_##name##_v##version>(fn);                                              \
+#define GPUMEM_DRIVER_RESOLVE(name, version)                                                  \
+  {                                                                                           \
+    void* fn = nullptr;                                                                       \
+    CUdriverProcAddressQueryResult found{};                                                   \
+    if (get_proc(#name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &found) == CUDA_SUCCESS && \
+        found == CU_GET_PROC_ADDRESS_SUCCESS)                                                 \
+      a.name = reinterpret_cast<PFN_##name##_v##version>(fn);                                 \
   }
   GPUMEM_DRIVER_ENTRY_POINTS(GPUMEM_DRIVER_RESOLVE)
 #undef GPUMEM_DRIVER_RESOLVE
 
   if (!a.cuInit || !a.cuDriverGetVersion || !a.cuGetErrorName || !a.cuDeviceGetCount) {
     out.status = GPUMEM_ERROR_NO_DRIVER;
-    out.detail = format("the CUDA driver %s resolves no cuInit, cuDriverGetVersion or cuDeviceGetCount (is it the "
-                        "CUDA Toolkit's stub library?)",
-                        path.c_str());
+    out.detail = format(
+        "the CUDA driver %s resolves no cuInit, cuDriverGetVersion or cuDeviceGetCount (is it the "
+        "CUDA Toolkit's stub library?)",
+        path.c_str());
     return;
   }
   const CUresult init = a.cuInit(0);
@@ -81,8 +82,8 @@ void load(Loaded& out) {
   a.cuDriverGetVersion(&version);
   if (version < kMinimumDriverVersion) {
     out.status = GPUMEM_ERROR_NO_DRIVER;
-    out.detail = format("the CUDA driver supports CUDA %d.%d; gpumem needs 12.0 or newer", version / 1000,
-                        version % 1000 / 10);
+    out.detail =
+        format("the CUDA driver supports CUDA %d.%d; gpumem needs 12.0 or newer", version / 1000, version % 1000 / 10);
     return;
   }
   if (out.device_status != GPUMEM_SUCCESS) return;

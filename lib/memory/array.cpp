@@ -13,7 +13,7 @@ struct Format {
   const char* name;
 };
 constexpr Format kFormats[] = {
-    {GPUMEM_FORMAT_U8, CU_AD_FORMAT_UNSIGNED_INT8, "u8"},  {GPUMEM_FORMAT_U16, CU_AD_FORMAT_UNSIGNED_INT16, "u16"},
+    {GPUMEM_FORMAT_U8, CU_AD_FORMAT_UNSIGNED_INT8, "u8"},    {GPUMEM_FORMAT_U16, CU_AD_FORMAT_UNSIGNED_INT16, "u16"},
     {GPUMEM_FORMAT_U32, CU_AD_FORMAT_UNSIGNED_INT32, "u32"}, {GPUMEM_FORMAT_I8, CU_AD_FORMAT_SIGNED_INT8, "i8"},
     {GPUMEM_FORMAT_I16, CU_AD_FORMAT_SIGNED_INT16, "i16"},   {GPUMEM_FORMAT_I32, CU_AD_FORMAT_SIGNED_INT32, "i32"},
     {GPUMEM_FORMAT_F16, CU_AD_FORMAT_HALF, "f16"},           {GPUMEM_FORMAT_F32, CU_AD_FORMAT_FLOAT, "f32"},
@@ -54,7 +54,8 @@ gpumem_array_t* array_create(const gpumem_array_desc_t& desc) {
   const Format* fmt = nullptr;
   for (const Format& f : kFormats)
     if (f.format == desc.format) fmt = &f;
-  if (!fmt) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "unknown array format %d (expected GPUMEM_FORMAT_*, 1 to 8)", desc.format);
+  if (!fmt)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "unknown array format %d (expected GPUMEM_FORMAT_*, 1 to 8)", desc.format);
   if (desc.channels != 1 && desc.channels != 2 && desc.channels != 4)
     fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%u channels: arrays have 1, 2 or 4", desc.channels);
   require(desc.width != 0, "width is 0");
@@ -89,9 +90,9 @@ gpumem_array_t* array_create(const gpumem_array_desc_t& desc) {
   driver::ContextScope scope(ctx);
   const CUresult r = driver::api().cuArray3DCreate(&array->handle, &cd);
   if (r != CUDA_SUCCESS)
-    driver::throw_result(r, format("cuArray3DCreate of a %dD %s x%u array %s x %s x %s on device %d", rank, fmt->name,
-                                   desc.channels, grouped(desc.width).c_str(), grouped(desc.height).c_str(),
-                                   grouped(desc.depth).c_str(), desc.device));
+    driver::throw_result(
+        r, format("cuArray3DCreate of a %dD %s x%u array %s x %s x %s on device %d", rank, fmt->name, desc.channels,
+                  grouped(desc.width).c_str(), grouped(desc.height).c_str(), grouped(desc.depth).c_str(), desc.device));
   Registry& reg = registry();
   std::lock_guard<std::mutex> lock(reg.mutex);
   reg.live.insert(array.get());

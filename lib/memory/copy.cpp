@@ -30,7 +30,8 @@ void memset(void* dst, uint32_t value, unsigned element_size, size_t count, CUst
   if (reinterpret_cast<uintptr_t>(dst) % element_size != 0)
     fail(GPUMEM_ERROR_INVALID_ARGUMENT, "dst %p is not aligned to the element size %u", dst, element_size);
   if (count > SIZE_MAX / element_size)
-    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s elements of %u bytes overflow size_t", grouped(count).c_str(), element_size);
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s elements of %u bytes overflow size_t", grouped(count).c_str(),
+         element_size);
   if (count == 0) return;
   const size_t bytes = count * element_size;
   require_no_wrap(dst, bytes, "dst");
@@ -57,7 +58,8 @@ void memset(void* dst, uint32_t value, unsigned element_size, size_t count, CUst
       break;
   }
   if (r != CUDA_SUCCESS)
-    driver::throw_result(r, format("memset of %s elements of %u bytes at %p", grouped(count).c_str(), element_size, dst));
+    driver::throw_result(r,
+                         format("memset of %s elements of %u bytes at %p", grouped(count).c_str(), element_size, dst));
   if (!async) finish_sync(a, "waiting for the memset");
 }
 
@@ -74,8 +76,8 @@ void copy(void* dst, const void* src, size_t size, CUstream stream, bool async) 
   const PointerInfo& device_side = to.memory_type != GPUMEM_MEMORY_UNREGISTERED ? to : from;
   const driver::Api& a = driver::api();
   driver::ContextScope scope(async ? context_for(stream, device_side) : context_of(device_side));
-  const CUresult r = async ? a.cuMemcpyAsync(address(dst), address(src), size, stream)
-                           : a.cuMemcpy(address(dst), address(src), size);
+  const CUresult r =
+      async ? a.cuMemcpyAsync(address(dst), address(src), size, stream) : a.cuMemcpy(address(dst), address(src), size);
   if (r != CUDA_SUCCESS)
     driver::throw_result(r, format("copy of %s bytes from %p (%s) to %p (%s)", grouped(size).c_str(), src,
                                    describe_kind(from).c_str(), dst, describe_kind(to).c_str()));

@@ -16,8 +16,8 @@ bool try_pointer_info(const void* p, PointerInfo& out) {
                                  CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
                                  CU_POINTER_ATTRIBUTE_CONTEXT};
   void* data[] = {&memory_type, &device, &managed, &host, &base, &size, &context};
-  const CUresult r = a.cuPointerGetAttributes(sizeof attrs / sizeof attrs[0], attrs, data,
-                                              reinterpret_cast<CUdeviceptr>(p));
+  const CUresult r =
+      a.cuPointerGetAttributes(sizeof attrs / sizeof attrs[0], attrs, data, reinterpret_cast<CUdeviceptr>(p));
   if (r == CUDA_ERROR_DEINITIALIZED) return false;
   driver::check(r, "cuPointerGetAttributes");
   out = PointerInfo{};
@@ -86,10 +86,9 @@ void require_within_allocation(const void* p, size_t size, const PointerInfo& in
   const uintptr_t start = reinterpret_cast<uintptr_t>(p);
   const uintptr_t end = info.base + info.size;
   if (start + size > end)
-    fail(GPUMEM_ERROR_INVALID_POINTER,
-         "%s range %p + %s runs %s past the end of its allocation (%s at %p, %s)", role, p, bytes(size).c_str(),
-         bytes(start + size - end).c_str(), describe_kind(info).c_str(), reinterpret_cast<void*>(info.base),
-         bytes(info.size).c_str());
+    fail(GPUMEM_ERROR_INVALID_POINTER, "%s range %p + %s runs %s past the end of its allocation (%s at %p, %s)", role,
+         p, bytes(size).c_str(), bytes(start + size - end).c_str(), describe_kind(info).c_str(),
+         reinterpret_cast<void*>(info.base), bytes(info.size).c_str());
 }
 
 }  // namespace gpumem::memory

@@ -84,7 +84,8 @@ void require_range_arguments(const void* p, size_t size) {
   require(p != nullptr, "ptr is NULL");
   require(size != 0, "size is 0");
   if (reinterpret_cast<uintptr_t>(p) + size < reinterpret_cast<uintptr_t>(p))
-    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "the range %p + %s bytes wraps around the address space", p, grouped(size).c_str());
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "the range %p + %s bytes wraps around the address space", p,
+         grouped(size).c_str());
 }
 
 PointerInfo require_managed_range(const void* p, size_t size, const char* fn) {
@@ -149,16 +150,18 @@ void device_free_async(void* p, CUstream stream) {
 }
 
 void* host_alloc(size_t size, unsigned flags) {
-  if (flags & ~kHostAllocFlags) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "unknown host allocation flags 0x%x", flags & ~kHostAllocFlags);
+  if (flags & ~kHostAllocFlags)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "unknown host allocation flags 0x%x", flags & ~kHostAllocFlags);
   const driver::Api& a = driver::device_api();
   driver::ContextScope scope(driver::current_context());
   void* p = nullptr;
   const CUresult r = a.cuMemHostAlloc(&p, size, flags);
   if (r == CUDA_ERROR_OUT_OF_MEMORY)
-    throw Error(GPUMEM_ERROR_OUT_OF_MEMORY,
-                format("out of memory allocating %s bytes of pinned host memory (cuMemHostAlloc)", grouped(size).c_str()),
-                r);
-  if (r != CUDA_SUCCESS) driver::throw_result(r, format("cuMemHostAlloc of %s bytes, flags 0x%x", grouped(size).c_str(), flags));
+    throw Error(
+        GPUMEM_ERROR_OUT_OF_MEMORY,
+        format("out of memory allocating %s bytes of pinned host memory (cuMemHostAlloc)", grouped(size).c_str()), r);
+  if (r != CUDA_SUCCESS)
+    driver::throw_result(r, format("cuMemHostAlloc of %s bytes, flags 0x%x", grouped(size).c_str(), flags));
   return p;
 }
 
@@ -171,7 +174,8 @@ void host_free(void* p) {
 }
 
 void host_register(void* p, size_t size, unsigned flags) {
-  if (flags & ~kHostRegisterFlags) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "unknown host register flags 0x%x", flags & ~kHostRegisterFlags);
+  if (flags & ~kHostRegisterFlags)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "unknown host register flags 0x%x", flags & ~kHostRegisterFlags);
   require_range_arguments(p, size);
   // The driver says only "invalid value" for ranges that overlap pinned allocations.
   for (const char* end : {static_cast<const char*>(p), static_cast<const char*>(p) + size - 1}) {
@@ -196,14 +200,16 @@ void host_unregister(void* p) {
     fail(GPUMEM_ERROR_INVALID_POINTER, "gpumem_host_unregister: %p is %s, not a registered host range", p,
          describe_kind(info).c_str());
   if (info.base != reinterpret_cast<uintptr_t>(p))
-    fail(GPUMEM_ERROR_INVALID_POINTER, "gpumem_host_unregister: %p lies %s inside the page-locked range at %p; pass its start",
-         p, bytes(reinterpret_cast<uintptr_t>(p) - info.base).c_str(), reinterpret_cast<void*>(info.base));
+    fail(GPUMEM_ERROR_INVALID_POINTER,
+         "gpumem_host_unregister: %p lies %s inside the page-locked range at %p; pass its start", p,
+         bytes(reinterpret_cast<uintptr_t>(p) - info.base).c_str(), reinterpret_cast<void*>(info.base));
   driver::ContextScope scope(context_of(info));
   const CUresult r = driver::api().cuMemHostUnregister(p);
   if (r == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED || r == CUDA_ERROR_INVALID_VALUE)
     throw Error(GPUMEM_ERROR_INVALID_POINTER,
                 format("gpumem_host_unregister: %p is a pinned allocation, not a registered range; free it with "
-                       "gpumem_host_free", p),
+                       "gpumem_host_free",
+                       p),
                 r);
   driver::check(r, "cuMemHostUnregister");
 }
@@ -273,8 +279,8 @@ void managed_advise(void* p, size_t size, int advice, int location) {
   const CUmemLocation loc = takes_location ? location_of(location) : location_of(info.device);
   const CUresult r = a.cuMemAdvise(address(p), size, static_cast<CUmem_advise>(advice), loc);
   if (r != CUDA_SUCCESS)
-    driver::throw_result(r, format("cuMemAdvise(%p, %s bytes, advice %d, location %d)", p, grouped(size).c_str(),
-                                   advice, location));
+    driver::throw_result(
+        r, format("cuMemAdvise(%p, %s bytes, advice %d, location %d)", p, grouped(size).c_str(), advice, location));
 }
 
 void managed_range_info(const void* p, size_t size, gpumem_managed_range_info_t& out) {

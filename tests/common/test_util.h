@@ -1,7 +1,8 @@
-/* Helpers shared by the cmocka suites. Include after <cmocka.h>'s prerequisites. */
+/* Helpers shared by the cmocka suites: include this instead of <cmocka.h>. */
 #ifndef GPUMEM_TEST_UTIL_H
 #define GPUMEM_TEST_UTIL_H
 
+/* cmocka.h needs these first. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,27 +15,27 @@
 #include <gpumem/gpumem.h>
 
 /* Asserts that a call returned the expected status; on a mismatch prints both names and the detail. */
-#define assert_status(call, expected)                                                                   \
-  do {                                                                                                  \
-    gpumem_status_t got_ = (call);                                                                      \
-    gpumem_status_t want_ = (expected);                                                                 \
-    if (got_ != want_) {                                                                                \
-      print_error("%s returned %s, expected %s; detail: %s\n", #call, gpumem_status_name(got_),       \
-                  gpumem_status_name(want_), gpumem_last_error_detail());                               \
-      fail();                                                                                           \
-    }                                                                                                   \
+#define assert_status(call, expected)                                                           \
+  do {                                                                                          \
+    gpumem_status_t got_ = (call);                                                              \
+    gpumem_status_t want_ = (expected);                                                         \
+    if (got_ != want_) {                                                                        \
+      print_error("%s returned %s, expected %s; detail: %s\n", #call, gpumem_status_name(got_), \
+                  gpumem_status_name(want_), gpumem_last_error_detail());                       \
+      fail();                                                                                   \
+    }                                                                                           \
   } while (0)
 
 #define assert_ok(call) assert_status((call), GPUMEM_SUCCESS)
 
 /* Asserts that the last failure's detail contains a piece of text. */
-#define assert_detail_contains(text)                                                                    \
-  do {                                                                                                  \
-    const char* detail_ = gpumem_last_error_detail();                                                   \
-    if (strstr(detail_, (text)) == NULL) {                                                              \
-      print_error("detail \"%s\" does not contain \"%s\"\n", detail_, (text));                         \
-      fail();                                                                                           \
-    }                                                                                                   \
+#define assert_detail_contains(text)                                           \
+  do {                                                                         \
+    const char* detail_ = gpumem_last_error_detail();                          \
+    if (strstr(detail_, (text)) == NULL) {                                     \
+      print_error("detail \"%s\" does not contain \"%s\"\n", detail_, (text)); \
+      fail();                                                                  \
+    }                                                                          \
   } while (0)
 
 /* True when a driver and at least one device are present. */
@@ -50,12 +51,12 @@ static inline int32_t gpu_count(void) {
 }
 
 /* In a GPU test: skip (reported by cmocka and CTest) when there is no device. */
-#define require_gpu()                                                                                   \
-  do {                                                                                                  \
-    if (!gpu_available()) {                                                                             \
-      print_message("no GPU: %s\n", gpumem_last_error_detail());                                       \
-      skip();                                                                                           \
-    }                                                                                                   \
+#define require_gpu()                                            \
+  do {                                                           \
+    if (!gpu_available()) {                                      \
+      print_message("no GPU: %s\n", gpumem_last_error_detail()); \
+      skip();                                                    \
+    }                                                            \
   } while (0)
 
 #endif /* GPUMEM_TEST_UTIL_H */

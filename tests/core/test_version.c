@@ -56,10 +56,8 @@ static void test_version_string_is_static(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_version_components_fit_the_number),
-      cmocka_unit_test(test_version_number_matches_macros),
-      cmocka_unit_test(test_version_string_matches_macros),
-      cmocka_unit_test(test_version_string_matches_number),
+      cmocka_unit_test(test_version_components_fit_the_number), cmocka_unit_test(test_version_number_matches_macros),
+      cmocka_unit_test(test_version_string_matches_macros),     cmocka_unit_test(test_version_string_matches_number),
       cmocka_unit_test(test_version_string_is_static),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

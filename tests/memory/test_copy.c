@@ -481,7 +481,7 @@ static void test_copy_stream_ordered_chain(void** state) {
   require_gpu();
   const size_t n = 1 << 20;
   const size_t offset = 4096 + 6;
-  const size_t span = 100000;  /* even: the memset writes 2-byte elements */
+  const size_t span = 100000; /* even: the memset writes 2-byte elements */
   gpumem_stream_t stream = test_stream_create(0);
   buffer_t a = buffer_create(KIND_DEVICE, n);
   buffer_t b = buffer_create(KIND_DEVICE, n);

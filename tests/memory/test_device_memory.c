@@ -2,8 +2,8 @@
  * gpumem_device_alloc_async, gpumem_device_alloc_from_pool, gpumem_device_free_async. */
 #include <stdlib.h>
 
-#include "test_util.h"
 #include "test_cuda.h"
+#include "test_util.h"
 
 #define MIB ((size_t)1 << 20)
 
@@ -96,8 +96,7 @@ static void test_device_memory_alloc_async_size_zero(void** state) {
 
 static void test_device_memory_alloc_from_pool_null_out(void** state) {
   (void)state;
-  assert_status(gpumem_device_alloc_from_pool((gpumem_cuda_pool_t)0x1, 16, NULL, NULL),
-                GPUMEM_ERROR_INVALID_ARGUMENT);
+  assert_status(gpumem_device_alloc_from_pool((gpumem_cuda_pool_t)0x1, 16, NULL, NULL), GPUMEM_ERROR_INVALID_ARGUMENT);
   assert_detail_contains("out_ptr is NULL");
 }
 
@@ -265,7 +264,7 @@ static void test_device_memory_alloc_async_on_stream(void** state) {
   assert_ok(gpumem_copy_async(host, d, SIZE, s));
   assert_ok(gpumem_device_free_async(d, s));
   test_stream_sync(s);
-  static const uint8_t word[4] = {0xef, 0xbe, 0xad, 0xde};  /* 0xdeadbeef, little-endian */
+  static const uint8_t word[4] = {0xef, 0xbe, 0xad, 0xde}; /* 0xdeadbeef, little-endian */
   for (size_t i = 0; i < SIZE; i++) {
     const uint8_t want = i < HEAD ? 0x5a : word[i % 4];
     if (host[i] != want) {

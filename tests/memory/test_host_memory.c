@@ -35,7 +35,7 @@ static uint8_t* mapped_buffer(size_t size) {
   void* p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
   close(fd);
   assert_true(p != MAP_FAILED);
-  memset(p, 0, size);  /* backed by real pages before the driver pins them */
+  memset(p, 0, size); /* backed by real pages before the driver pins them */
   return p;
 }
 
@@ -169,7 +169,7 @@ static void test_host_memory_alloc_flags(void** state) {
       GPUMEM_HOST_ALLOC_DEVICEMAP | GPUMEM_HOST_ALLOC_WRITECOMBINED,
       GPUMEM_HOST_ALLOC_PORTABLE | GPUMEM_HOST_ALLOC_DEVICEMAP | GPUMEM_HOST_ALLOC_WRITECOMBINED,
   };
-  const size_t size = 10000;  /* not a page multiple */
+  const size_t size = 10000; /* not a page multiple */
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
     uint8_t* p = (uint8_t*)0x1;
     assert_ok(gpumem_host_alloc(size, flags[i], (void**)&p));

@@ -2,8 +2,8 @@
  * gpumem_managed_advise and gpumem_managed_get_range_info. */
 #include <stdlib.h>
 
-#include "test_util.h"
 #include "test_cuda.h"
+#include "test_util.h"
 
 #define KIB ((size_t)1 << 10)
 #define MIB ((size_t)1 << 20)
@@ -11,7 +11,7 @@
 
 static gpumem_managed_range_info_t range_info(const void* p, size_t size) {
   gpumem_managed_range_info_t info;
-  memset(&info, 0x5a, sizeof info);  /* garbage the call must overwrite */
+  memset(&info, 0x5a, sizeof info); /* garbage the call must overwrite */
   info.struct_size = sizeof info;
   assert_ok(gpumem_managed_get_range_info(p, size, &info));
   assert_int_equal(info.struct_size, sizeof info);
@@ -139,7 +139,8 @@ static void test_managed_memory_advise_bad_arguments(void** state) {
   assert_status(gpumem_managed_advise(buf, sizeof buf, GPUMEM_ADVICE_SET_PREFERRED_LOCATION, -3),
                 GPUMEM_ERROR_INVALID_ARGUMENT);
   assert_detail_contains("location -3 is neither a device nor GPUMEM_LOCATION_HOST");
-  assert_status(gpumem_managed_advise(buf, sizeof buf, GPUMEM_ADVICE_SET_ACCESSED_BY, -3), GPUMEM_ERROR_INVALID_ARGUMENT);
+  assert_status(gpumem_managed_advise(buf, sizeof buf, GPUMEM_ADVICE_SET_ACCESSED_BY, -3),
+                GPUMEM_ERROR_INVALID_ARGUMENT);
   assert_detail_contains("location -3");
 }
 
@@ -408,7 +409,7 @@ static void test_managed_memory_range_past_end(void** state) {
   require_gpu();
   uint8_t* p = managed(SIZE);
   uint8_t* start = p + SIZE - 4 * KIB;
-  const size_t size = 8 * KIB;  /* 4 KiB past the end */
+  const size_t size = 8 * KIB; /* 4 KiB past the end */
   assert_status(gpumem_managed_prefetch(start, size, 0, NULL), GPUMEM_ERROR_INVALID_POINTER);
   assert_detail_contains("4,096 bytes past the end");
   assert_status(gpumem_managed_advise(start, size, GPUMEM_ADVICE_SET_READ_MOSTLY, 0), GPUMEM_ERROR_INVALID_POINTER);

@@ -100,8 +100,8 @@ typedef struct {
   int32_t memory_type;
   bool managed;
   bool pinned;
-  bool host_reaches;    /* host_ptr is the address itself */
-  bool device_reaches;  /* device_ptr is not NULL */
+  bool host_reaches;   /* host_ptr is the address itself */
+  bool device_reaches; /* device_ptr is not NULL */
 } expect_t;
 
 /* Checks an allocation at its start and 100 bytes in; returns the answer for the start. */
