@@ -421,7 +421,7 @@ static void test_managed_memory_range_past_end(void** state) {
   assert_range_info_cleared(&info);
   /* One byte over is enough; up to the last byte is fine. */
   assert_status(gpumem_managed_get_range_info(p, SIZE + 1, &info), GPUMEM_ERROR_INVALID_POINTER);
-  assert_detail_contains("1 bytes past the end");
+  assert_detail_contains("1 byte past the end");
   assert_false(range_info(start, 4 * KIB).read_mostly);
   assert_ok(gpumem_managed_free(p));
 }
