@@ -63,12 +63,13 @@ GPUMEM_API gpumem_status_t gpumem_memset_async(void* dst, uint32_t value, uint32
  * @brief Copies @p size bytes from @p src to @p dst, synchronously (`cuMemcpy`).
  *
  * Either side may be device, managed, pinned or registered host, or plain host memory.
- * The ranges must not overlap.
+ * The ranges must not overlap. An address the driver does not know is taken for plain host
+ * memory, so a freed device address is not caught: the host would write there.
  * @param[out] dst Destination.
  * @param[in] src Source.
  * @param[in] size Bytes.
  * @retval GPUMEM_SUCCESS
- * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p dst or @p src is NULL, or a range wraps around.
+ * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p dst or @p src is NULL, a range wraps around, or the ranges overlap.
  * @retval GPUMEM_ERROR_INVALID_POINTER A range runs past the end of its device allocation.
  * @retval GPUMEM_ERROR_STREAM_CAPTURE The legacy stream is blocked by a capture in progress.
  * @retval GPUMEM_ERROR_NO_DRIVER

@@ -106,6 +106,8 @@ GPUMEM_API gpumem_status_t gpumem_device_alloc(int32_t device, size_t size, void
  * @retval GPUMEM_ERROR_INVALID_POINTER @p ptr is not the start of a device allocation
  *         (another kind of memory, an address inside an allocation, or already freed).
  * @retval GPUMEM_ERROR_NO_DRIVER
+ * @retval GPUMEM_ERROR_NO_DEVICE
+ * @retval GPUMEM_ERROR_STREAM_CAPTURE A capture in progress forbids the synchronous free.
  * @retval GPUMEM_ERROR_DRIVER
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
@@ -169,6 +171,7 @@ GPUMEM_API gpumem_status_t gpumem_device_alloc_from_pool(gpumem_cuda_pool_t pool
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_POINTER @p ptr is not the start of a device allocation.
  * @retval GPUMEM_ERROR_NO_DRIVER
+ * @retval GPUMEM_ERROR_NO_DEVICE
  * @retval GPUMEM_ERROR_DRIVER
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
@@ -201,6 +204,8 @@ GPUMEM_API gpumem_status_t gpumem_host_alloc(size_t size, uint32_t flags, void**
  * @retval GPUMEM_ERROR_INVALID_POINTER @p ptr is not the start of a pinned host allocation
  *         (registered or plain host memory, device memory, an interior address).
  * @retval GPUMEM_ERROR_NO_DRIVER
+ * @retval GPUMEM_ERROR_NO_DEVICE
+ * @retval GPUMEM_ERROR_STREAM_CAPTURE A capture in progress forbids the synchronous free.
  * @retval GPUMEM_ERROR_DRIVER
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
@@ -217,7 +222,8 @@ GPUMEM_API gpumem_status_t gpumem_host_free(void* ptr);
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p ptr is NULL, @p size is 0, the range wraps around, or @p flags has an
  * unknown bit.
- * @retval GPUMEM_ERROR_ALREADY_REGISTERED Part of the range is already registered.
+ * @retval GPUMEM_ERROR_ALREADY_REGISTERED The range begins or ends in page-locked memory (pinned or registered).
+ * @retval GPUMEM_ERROR_INVALID_POINTER The range overlaps device or managed memory.
  * @retval GPUMEM_ERROR_NOT_SUPPORTED The device cannot register host memory, or not with these flags.
  * @retval GPUMEM_ERROR_OUT_OF_MEMORY
  * @retval GPUMEM_ERROR_NO_DRIVER
@@ -237,6 +243,7 @@ GPUMEM_API gpumem_status_t gpumem_host_register(void* ptr, size_t size, uint32_t
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p ptr is NULL.
  * @retval GPUMEM_ERROR_INVALID_POINTER @p ptr is not the start of a registered range.
  * @retval GPUMEM_ERROR_NO_DRIVER
+ * @retval GPUMEM_ERROR_NO_DEVICE
  * @retval GPUMEM_ERROR_DRIVER
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
@@ -291,6 +298,8 @@ GPUMEM_API gpumem_status_t gpumem_managed_alloc(int32_t device, size_t size, uin
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_POINTER @p ptr is not the start of a managed allocation.
  * @retval GPUMEM_ERROR_NO_DRIVER
+ * @retval GPUMEM_ERROR_NO_DEVICE
+ * @retval GPUMEM_ERROR_STREAM_CAPTURE A capture in progress forbids the synchronous free.
  * @retval GPUMEM_ERROR_DRIVER
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.

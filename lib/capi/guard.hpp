@@ -28,16 +28,21 @@ gpumem_status_t guard(Body&& body) noexcept {
   }
 }
 
-// Checks a caller's output struct and clears all of it but struct_size (no further than the
-// caller's struct_size says it reaches). Every struct is at its first released size, so
-// struct_size must be at least that.
+// A struct_size beyond this is garbage, not a struct from a newer gpumem.
+constexpr size_t kMaxStructSize = 65536;
+
+// Checks a caller's output struct and clears all of it but struct_size, as far as struct_size
+// says it reaches: fields of a newer gpumem that this library does not know read as zero. Every
+// struct is at its first released size, so struct_size must be at least that.
 template <class T>
 T& out_struct(T* out, const char* name) {
   require_out(out, name);
   const size_t struct_size = out->struct_size;
+  if (struct_size > kMaxStructSize)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s->struct_size is %zu, more than any gpumem struct; set it to sizeof (%zu)",
+         name, struct_size, sizeof(T));
   const size_t head = sizeof out->struct_size;
-  if (struct_size > head)
-    std::memset(reinterpret_cast<char*>(out) + head, 0, (struct_size < sizeof(T) ? struct_size : sizeof(T)) - head);
+  if (struct_size > head) std::memset(reinterpret_cast<char*>(out) + head, 0, struct_size - head);
   if (struct_size < sizeof(T))
     fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s->struct_size is %zu; set it to sizeof (%zu)", name, struct_size, sizeof(T));
   return *out;

@@ -20,7 +20,9 @@ void device_info(int device, gpumem_device_info_t& out) {
   check(a.cuDeviceTotalMem(&out.total_memory, dev), "cuDeviceTotalMem");
   const auto attribute = [&](CUdevice_attribute attr) {
     int value = 0;
-    check(a.cuDeviceGetAttribute(&value, attr, dev), "cuDeviceGetAttribute");
+    const CUresult r = a.cuDeviceGetAttribute(&value, attr, dev);
+    if (r != CUDA_SUCCESS)
+      throw_result(r, format("cuDeviceGetAttribute(attribute %d) of device %d", static_cast<int>(attr), device));
     return value;
   };
   out.compute_capability_major = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
@@ -36,7 +38,8 @@ void device_info(int device, gpumem_device_info_t& out) {
 
 void device_memory(int device, size_t& free, size_t& total) {
   ContextScope scope(primary_context(device));
-  check(api().cuMemGetInfo(&free, &total), "cuMemGetInfo");
+  const CUresult r = api().cuMemGetInfo(&free, &total);
+  if (r != CUDA_SUCCESS) throw_result(r, format("cuMemGetInfo on device %d", device));
 }
 
 }  // namespace gpumem::driver

@@ -12,6 +12,9 @@ namespace gpumem::driver {
 namespace {
 
 constexpr int kMinimumDriverVersion = 12000;  // cuGetProcAddress_v2 and the signatures above
+// Entry points first versioned from CUDA 12.2 on are optional: without them, prefetch and advice
+// answer GPUMEM_ERROR_NOT_SUPPORTED.
+constexpr int kOptionalFromVersion = 12020;
 
 struct Loaded {
   Api api;
@@ -44,23 +47,32 @@ void load(Loaded& out) {
     return;
   }
   Api& a = out.api;
+  std::string missing;  // required entry points the driver lacks
+  int resolved = 0;
 #define GPUMEM_DRIVER_RESOLVE(name, version)                                                  \
   {                                                                                           \
     void* fn = nullptr;                                                                       \
     CUdriverProcAddressQueryResult found{};                                                   \
     if (get_proc(#name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &found) == CUDA_SUCCESS && \
-        found == CU_GET_PROC_ADDRESS_SUCCESS)                                                 \
+        found == CU_GET_PROC_ADDRESS_SUCCESS && fn) {                                         \
       a.name = reinterpret_cast<PFN_##name##_v##version>(fn);                                 \
+      ++resolved;                                                                             \
+    } else if (version < kOptionalFromVersion) {                                              \
+      missing += missing.empty() ? #name : ", " #name;                                        \
+    }                                                                                         \
   }
   GPUMEM_DRIVER_ENTRY_POINTS(GPUMEM_DRIVER_RESOLVE)
 #undef GPUMEM_DRIVER_RESOLVE
 
-  if (!a.cuInit || !a.cuDriverGetVersion || !a.cuGetErrorName || !a.cuDeviceGetCount) {
+  if (resolved == 0) {
     out.status = GPUMEM_ERROR_NO_DRIVER;
-    out.detail = format(
-        "the CUDA driver %s resolves no cuInit, cuDriverGetVersion or cuDeviceGetCount (is it the "
-        "CUDA Toolkit's stub library?)",
-        path.c_str());
+    out.detail = format("the CUDA driver %s resolves none of its entry points (is it the CUDA Toolkit's stub library?)",
+                        path.c_str());
+    return;
+  }
+  if (!missing.empty()) {
+    out.status = GPUMEM_ERROR_NO_DRIVER;
+    out.detail = format("the CUDA driver %s lacks %s", path.c_str(), missing.c_str());
     return;
   }
   const CUresult init = a.cuInit(0);
@@ -73,13 +85,20 @@ void load(Loaded& out) {
     a.cuGetErrorName(init, &name);
     out.status = GPUMEM_ERROR_NO_DRIVER;
     out.cuda_result = init;
-    out.detail = format("the CUDA driver %s failed to initialize: cuInit returned %s%s", path.c_str(),
-                        name ? name : "an unknown error",
-                        init == CUDA_ERROR_STUB_LIBRARY ? " (this is the toolkit's stub, not a driver)" : "");
+    out.detail = format("the CUDA driver %s failed to initialize: cuInit returned %s (CUresult %d)%s", path.c_str(),
+                        name ? name : "an unknown error", static_cast<int>(init),
+                        init == CUDA_ERROR_STUB_LIBRARY ? "; this is the toolkit's stub, not a driver" : "");
     return;
   }
   int version = 0;
-  a.cuDriverGetVersion(&version);
+  const CUresult versioned = a.cuDriverGetVersion(&version);
+  if (versioned != CUDA_SUCCESS) {
+    out.status = GPUMEM_ERROR_NO_DRIVER;
+    out.cuda_result = versioned;
+    out.detail = format("the CUDA driver %s does not tell its version (cuDriverGetVersion: CUresult %d)", path.c_str(),
+                        static_cast<int>(versioned));
+    return;
+  }
   if (version < kMinimumDriverVersion) {
     out.status = GPUMEM_ERROR_NO_DRIVER;
     out.detail =
@@ -207,7 +226,8 @@ void throw_result(CUresult result, const std::string& what) {
   if (l.api.cuGetErrorName) l.api.cuGetErrorName(result, &name);
   if (l.api.cuGetErrorString) l.api.cuGetErrorString(result, &message);
   throw Error(status_of(result),
-              format("%s: %s (%s)", what.c_str(), name ? name : "unknown CUDA error", message ? message : "no message"),
+              format("%s: %s (%s; CUresult %d)", what.c_str(), name ? name : "unknown CUDA error",
+                     message ? message : "no message", static_cast<int>(result)),
               static_cast<int32_t>(result));
 }
 

@@ -91,6 +91,17 @@ inline void check(CUresult result, const char* what) {
   if (result != CUDA_SUCCESS) throw_result(result, what);
 }
 
+// Runs f, except that if the driver has shut down (at process exit, taking all memory with it)
+// f's failure is dropped: frees then succeed and do nothing.
+template <class F>
+void unless_shut_down(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (e.cuda_result() != CUDA_ERROR_DEINITIALIZED) throw;
+  }
+}
+
 // Makes a context current for the scope, restoring the caller's afterwards; does nothing if it
 // is current already.
 class ContextScope {

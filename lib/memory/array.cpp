@@ -38,7 +38,8 @@ void require_live(const gpumem_array_t* array) {
 
 int attribute(CUdevice dev, CUdevice_attribute attr) {
   int value = 0;
-  driver::check(driver::api().cuDeviceGetAttribute(&value, attr, dev), "cuDeviceGetAttribute");
+  const CUresult r = driver::api().cuDeviceGetAttribute(&value, attr, dev);
+  if (r != CUDA_SUCCESS) driver::throw_result(r, format("cuDeviceGetAttribute(attribute %d)", static_cast<int>(attr)));
   return value;
 }
 
@@ -73,9 +74,17 @@ gpumem_array_t* array_create(const gpumem_array_desc_t& desc) {
     require_extent("width", desc.width, attribute(dev, CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH), 2, desc.device);
     require_extent("height", desc.height, attribute(dev, CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT), 2, desc.device);
   } else {
-    require_extent("width", desc.width, attribute(dev, CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH), 3, desc.device);
-    require_extent("height", desc.height, attribute(dev, CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT), 3, desc.device);
-    require_extent("depth", desc.depth, attribute(dev, CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH), 3, desc.device);
+    // CUDA takes a 3D shape within either its usual limits or its alternate (thin and deep) ones.
+    const bool alternate =
+        desc.width <= size_t(attribute(dev, CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH_ALTERNATE)) &&
+        desc.height <= size_t(attribute(dev, CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT_ALTERNATE)) &&
+        desc.depth <= size_t(attribute(dev, CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH_ALTERNATE));
+    if (!alternate) {
+      require_extent("width", desc.width, attribute(dev, CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH), 3, desc.device);
+      require_extent("height", desc.height, attribute(dev, CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT), 3,
+                     desc.device);
+      require_extent("depth", desc.depth, attribute(dev, CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH), 3, desc.device);
+    }
   }
 
   CUDA_ARRAY3D_DESCRIPTOR cd{};
@@ -86,14 +95,32 @@ gpumem_array_t* array_create(const gpumem_array_desc_t& desc) {
   cd.NumChannels = desc.channels;
   auto array = std::make_unique<gpumem_array_t>();
   array->context = ctx;
-  array->device = desc.device;
+  Registry& reg = registry();
+  {
+    std::lock_guard<std::mutex> lock(reg.mutex);
+    reg.live.reserve(reg.live.size() + 1);  // so that registering the new array cannot fail
+  }
   driver::ContextScope scope(ctx);
-  const CUresult r = driver::api().cuArray3DCreate(&array->handle, &cd);
+  const driver::Api& a = driver::api();
+  const CUresult r = a.cuArray3DCreate(&array->handle, &cd);
   if (r != CUDA_SUCCESS)
     driver::throw_result(
         r, format("cuArray3DCreate of a %dD %s x%u array %s x %s x %s on device %d", rank, fmt->name, desc.channels,
                   grouped(desc.width).c_str(), grouped(desc.height).c_str(), grouped(desc.depth).c_str(), desc.device));
-  Registry& reg = registry();
+  CUDA_ARRAY3D_DESCRIPTOR got{};
+  const CUresult described = a.cuArray3DGetDescriptor(&got, array->handle);
+  if (described != CUDA_SUCCESS) {
+    a.cuArrayDestroy(array->handle);
+    driver::throw_result(described, "cuArray3DGetDescriptor of a new array");
+  }
+  array->desc = desc;
+  array->desc.format = 0;
+  for (const Format& f : kFormats)
+    if (f.cuda == got.Format) array->desc.format = f.format;
+  array->desc.channels = got.NumChannels;
+  array->desc.width = got.Width;
+  array->desc.height = got.Height;
+  array->desc.depth = got.Depth;
   std::lock_guard<std::mutex> lock(reg.mutex);
   reg.live.insert(array.get());
   return array.release();
@@ -108,32 +135,25 @@ void array_destroy(gpumem_array_t* array) {
            static_cast<void*>(array));
   }
   std::unique_ptr<gpumem_array_t> owned(array);
-  const driver::Api& a = driver::api();
-  driver::ContextScope scope(owned->context);
-  const CUresult result = a.cuArrayDestroy(owned->handle);
-  if (result != CUDA_SUCCESS && result != CUDA_ERROR_DEINITIALIZED) {
+  try {
+    driver::unless_shut_down([&] {
+      driver::ContextScope scope(owned->context);
+      driver::check(driver::api().cuArrayDestroy(owned->handle), "cuArrayDestroy");
+    });
+  } catch (...) {
     std::lock_guard<std::mutex> lock(r.mutex);
     r.live.insert(owned.release());  // still allocated: the caller keeps a working handle
-    driver::throw_result(result, "cuArrayDestroy");
+    throw;
   }
 }
 
 void array_get_desc(const gpumem_array_t* array, gpumem_array_desc_t& out) {
   Registry& r = registry();
-  // Held throughout, so a destroy on another thread cannot free the array under us.
   std::lock_guard<std::mutex> lock(r.mutex);
   require_live(array);
-  CUDA_ARRAY3D_DESCRIPTOR cd{};
-  driver::ContextScope scope(array->context);
-  driver::check(driver::api().cuArray3DGetDescriptor(&cd, array->handle), "cuArray3DGetDescriptor");
-  out.device = array->device;
-  out.format = 0;
-  for (const Format& f : kFormats)
-    if (f.cuda == cd.Format) out.format = f.format;
-  out.channels = cd.NumChannels;
-  out.width = cd.Width;
-  out.height = cd.Height;
-  out.depth = cd.Depth;
+  const size_t struct_size = out.struct_size;
+  out = array->desc;
+  out.struct_size = struct_size;
 }
 
 }  // namespace gpumem::memory

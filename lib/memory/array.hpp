@@ -7,7 +7,7 @@
 struct gpumem_array_s {
   CUarray handle;
   CUcontext context;
-  int32_t device;
+  gpumem_array_desc_t desc;  // as the driver reported it after creation; arrays never change shape
 };
 
 namespace gpumem::memory {

@@ -69,6 +69,11 @@ void copy(void* dst, const void* src, size_t size, CUstream stream, bool async) 
   if (size == 0) return;
   require_no_wrap(dst, size, "dst");
   require_no_wrap(src, size, "src");
+  // One address space (unified addressing), so overlap is a comparison of addresses.
+  const uintptr_t d = reinterpret_cast<uintptr_t>(dst), s = reinterpret_cast<uintptr_t>(src);
+  if (d < s + size && s < d + size)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "dst %p and src %p overlap: a copy of %s between them would read what it wrote",
+         dst, src, bytes(size).c_str());
   const PointerInfo to = pointer_info(dst);
   const PointerInfo from = pointer_info(src);
   require_within_allocation(dst, size, to, "dst");

@@ -22,8 +22,6 @@ struct PointerInfo {
   CUcontext context = nullptr;
 };
 
-// Throws on a driver error. Returns false only if the driver has shut down (at process exit).
-bool try_pointer_info(const void* p, PointerInfo& out);
 PointerInfo pointer_info(const void* p);
 // The address through which the device reaches p; NULL if it cannot.
 void* device_address(const void* p, const PointerInfo& info);

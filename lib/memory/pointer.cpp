@@ -2,7 +2,7 @@
 
 namespace gpumem::memory {
 
-bool try_pointer_info(const void* p, PointerInfo& out) {
+PointerInfo pointer_info(const void* p) {
   const driver::Api& a = driver::device_api();
   unsigned int memory_type = 0;
   int device = -1;
@@ -18,9 +18,8 @@ bool try_pointer_info(const void* p, PointerInfo& out) {
   void* data[] = {&memory_type, &device, &managed, &host, &base, &size, &context};
   const CUresult r =
       a.cuPointerGetAttributes(sizeof attrs / sizeof attrs[0], attrs, data, reinterpret_cast<CUdeviceptr>(p));
-  if (r == CUDA_ERROR_DEINITIALIZED) return false;
   driver::check(r, "cuPointerGetAttributes");
-  out = PointerInfo{};
+  PointerInfo out;
   if (managed) {
     out.memory_type = GPUMEM_MEMORY_MANAGED;
   } else if (memory_type == CU_MEMORYTYPE_HOST) {
@@ -28,7 +27,7 @@ bool try_pointer_info(const void* p, PointerInfo& out) {
   } else if (memory_type == CU_MEMORYTYPE_DEVICE) {
     out.memory_type = GPUMEM_MEMORY_DEVICE;
   } else {
-    return true;  // plain host memory: nothing else to say
+    return out;  // plain host memory: nothing else to say
   }
   out.managed = managed != 0;
   out.device = device;
@@ -36,13 +35,7 @@ bool try_pointer_info(const void* p, PointerInfo& out) {
   out.base = static_cast<uintptr_t>(base);
   out.size = size;
   out.context = context;
-  return true;
-}
-
-PointerInfo pointer_info(const void* p) {
-  PointerInfo info;
-  if (!try_pointer_info(p, info)) fail(GPUMEM_ERROR_DRIVER, "the CUDA driver has shut down");
-  return info;
+  return out;
 }
 
 void* device_address(const void* p, const PointerInfo& info) {

@@ -22,21 +22,22 @@ int device_of(CUcontext ctx) {
 
 // Device out-of-memory details say how much the device had.
 [[noreturn]] void throw_alloc_failure(CUresult r, const char* call, size_t size, int device) {
-  if (r == CUDA_ERROR_OUT_OF_MEMORY && device >= 0) {
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     size_t free = 0, total = 0;
-    driver::api().cuMemGetInfo(&free, &total);
+    const std::string where = device >= 0 ? format(" on device %d", device) : "";
+    const std::string held = driver::api().cuMemGetInfo(&free, &total) == CUDA_SUCCESS
+                                 ? format("; %s of %s bytes free", grouped(free).c_str(), grouped(total).c_str())
+                                 : "";
     throw Error(GPUMEM_ERROR_OUT_OF_MEMORY,
-                format("out of memory allocating %s bytes on device %d (%s: %s of %s bytes free)",
-                       grouped(size).c_str(), device, call, grouped(free).c_str(), grouped(total).c_str()),
+                format("out of memory allocating %s%s (%s%s)", bytes(size).c_str(), where.c_str(), call, held.c_str()),
                 r);
   }
   driver::throw_result(r, format("%s of %s bytes", call, grouped(size).c_str()));
 }
 
 // The checks every free makes: the pointer is the start of an allocation of the expected kind.
-// Returns false if the driver has shut down, in which case the memory went with it.
-bool check_allocation_start(void* p, int32_t expected_type, const char* fn, PointerInfo& info) {
-  if (!try_pointer_info(p, info)) return false;
+PointerInfo check_allocation_start(void* p, int32_t expected_type, const char* fn) {
+  const PointerInfo info = pointer_info(p);
   if (info.memory_type != expected_type) {
     PointerInfo want;
     want.memory_type = expected_type;
@@ -48,13 +49,13 @@ bool check_allocation_start(void* p, int32_t expected_type, const char* fn, Poin
     fail(GPUMEM_ERROR_INVALID_POINTER, "%s: %p lies %s inside the allocation at %p (%s); pass its start", fn, p,
          bytes(reinterpret_cast<uintptr_t>(p) - info.base).c_str(), reinterpret_cast<void*>(info.base),
          bytes(info.size).c_str());
-  return true;
+  return info;
 }
 
 // A failed free of a pointer that passed the checks. The driver refuses what it does not know as
 // this kind of allocation: that is an invalid pointer, explained by the hint.
 void check_free(CUresult r, const char* call, void* p, const char* hint) {
-  if (r == CUDA_SUCCESS || r == CUDA_ERROR_DEINITIALIZED) return;
+  if (r == CUDA_SUCCESS) return;
   if (r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)
     throw Error(GPUMEM_ERROR_INVALID_POINTER, format("%s(%p) refused it: %s", call, p, hint), r);
   driver::throw_result(r, format("%s(%p)", call, p));
@@ -109,10 +110,11 @@ void* device_alloc(int device, size_t size) {
 }
 
 void device_free(void* p) {
-  PointerInfo info;
-  if (!check_allocation_start(p, GPUMEM_MEMORY_DEVICE, "gpumem_device_free", info)) return;
-  driver::ContextScope scope(context_of(info));
-  check_free(driver::api().cuMemFree(address(p)), "cuMemFree", p, "not an allocation of gpumem_device_alloc");
+  driver::unless_shut_down([&] {
+    const PointerInfo info = check_allocation_start(p, GPUMEM_MEMORY_DEVICE, "gpumem_device_free");
+    driver::ContextScope scope(context_of(info));
+    check_free(driver::api().cuMemFree(address(p)), "cuMemFree", p, "not an allocation of gpumem_device_alloc");
+  });
 }
 
 void* device_alloc_async(int device, size_t size, CUstream stream) {
@@ -143,10 +145,11 @@ void* device_alloc_from_pool(CUmemoryPool pool, size_t size, CUstream stream) {
 }
 
 void device_free_async(void* p, CUstream stream) {
-  PointerInfo info;
-  if (!check_allocation_start(p, GPUMEM_MEMORY_DEVICE, "gpumem_device_free_async", info)) return;
-  driver::ContextScope scope(context_for(stream, info));
-  check_free(driver::api().cuMemFreeAsync(address(p), stream), "cuMemFreeAsync", p, "not a device allocation");
+  driver::unless_shut_down([&] {
+    const PointerInfo info = check_allocation_start(p, GPUMEM_MEMORY_DEVICE, "gpumem_device_free_async");
+    driver::ContextScope scope(context_for(stream, info));
+    check_free(driver::api().cuMemFreeAsync(address(p), stream), "cuMemFreeAsync", p, "not a device allocation");
+  });
 }
 
 void* host_alloc(size_t size, unsigned flags) {
@@ -166,11 +169,12 @@ void* host_alloc(size_t size, unsigned flags) {
 }
 
 void host_free(void* p) {
-  PointerInfo info;
-  if (!check_allocation_start(p, GPUMEM_MEMORY_HOST, "gpumem_host_free", info)) return;
-  driver::ContextScope scope(context_of(info));
-  check_free(driver::api().cuMemFreeHost(p), "cuMemFreeHost", p,
-             "not a pinned allocation; a registered range is released with gpumem_host_unregister");
+  driver::unless_shut_down([&] {
+    const PointerInfo info = check_allocation_start(p, GPUMEM_MEMORY_HOST, "gpumem_host_free");
+    driver::ContextScope scope(context_of(info));
+    check_free(driver::api().cuMemFreeHost(p), "cuMemFreeHost", p,
+               "not a pinned allocation; a registered range is released with gpumem_host_unregister");
+  });
 }
 
 void host_register(void* p, size_t size, unsigned flags) {
@@ -194,8 +198,9 @@ void host_register(void* p, size_t size, unsigned flags) {
     driver::throw_result(r, format("cuMemHostRegister(%p, %s bytes, flags 0x%x)", p, grouped(size).c_str(), flags));
 }
 
-void host_unregister(void* p) {
-  PointerInfo info = pointer_info(p);
+namespace {
+void host_unregister_now(void* p) {
+  const PointerInfo info = pointer_info(p);
   if (info.memory_type != GPUMEM_MEMORY_HOST)
     fail(GPUMEM_ERROR_INVALID_POINTER, "gpumem_host_unregister: %p is %s, not a registered host range", p,
          describe_kind(info).c_str());
@@ -212,6 +217,11 @@ void host_unregister(void* p) {
                        p),
                 r);
   driver::check(r, "cuMemHostUnregister");
+}
+}  // namespace
+
+void host_unregister(void* p) {
+  driver::unless_shut_down([&] { host_unregister_now(p); });
 }
 
 void* host_device_pointer(void* p) {
@@ -242,10 +252,11 @@ void* managed_alloc(int device, size_t size, unsigned flags) {
 }
 
 void managed_free(void* p) {
-  PointerInfo info;
-  if (!check_allocation_start(p, GPUMEM_MEMORY_MANAGED, "gpumem_managed_free", info)) return;
-  driver::ContextScope scope(context_of(info));
-  check_free(driver::api().cuMemFree(address(p)), "cuMemFree", p, "not a managed allocation");
+  driver::unless_shut_down([&] {
+    const PointerInfo info = check_allocation_start(p, GPUMEM_MEMORY_MANAGED, "gpumem_managed_free");
+    driver::ContextScope scope(context_of(info));
+    check_free(driver::api().cuMemFree(address(p)), "cuMemFree", p, "not a managed allocation");
+  });
 }
 
 void managed_prefetch(void* p, size_t size, int location, CUstream stream) {
@@ -255,6 +266,14 @@ void managed_prefetch(void* p, size_t size, int location, CUstream stream) {
   const PointerInfo info = require_managed_range(p, size, "gpumem_managed_prefetch");
   const driver::Api& a = driver::api();
   if (!a.cuMemPrefetchAsync) fail(GPUMEM_ERROR_NOT_SUPPORTED, "prefetch needs a CUDA 12.2 or newer driver");
+  if (location != GPUMEM_LOCATION_HOST) {
+    // The driver answers "invalid device" here, for a device that exists.
+    int concurrent = 0;
+    driver::check(a.cuDeviceGetAttribute(&concurrent, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, location),
+                  "cuDeviceGetAttribute(concurrent managed access)");
+    if (!concurrent)
+      fail(GPUMEM_ERROR_NOT_SUPPORTED, "device %d has no concurrent managed access, which prefetching needs", location);
+  }
   driver::ContextScope scope(context_for(stream, info));
   const CUresult r = a.cuMemPrefetchAsync(address(p), size, location_of(location), 0, stream);
   if (r != CUDA_SUCCESS)

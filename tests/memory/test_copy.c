@@ -189,6 +189,21 @@ static void test_copy_null_pointers_refused(void** state) {
   expect_bytes(buffer, before, sizeof before, "host buffer after refused copies");
 }
 
+/* Overlap is refused before the driver is asked, in both directions and for a single shared byte;
+ * ranges that only touch are fine (checked on the GPU by the pair tests). */
+static void test_copy_overlapping_ranges_refused(void** state) {
+  (void)state;
+  unsigned char buffer[64];
+  unsigned char before[sizeof buffer];
+  fill_pattern(before, sizeof before, 8);
+  memcpy(buffer, before, sizeof buffer);
+  expect_copy_refused(buffer + 8, buffer, 16, GPUMEM_ERROR_INVALID_ARGUMENT, "overlap");
+  expect_copy_refused(buffer, buffer + 8, 16, GPUMEM_ERROR_INVALID_ARGUMENT, "overlap");
+  expect_copy_refused(buffer, buffer, 16, GPUMEM_ERROR_INVALID_ARGUMENT, "16 bytes");
+  expect_copy_refused(buffer + 15, buffer, 16, GPUMEM_ERROR_INVALID_ARGUMENT, "overlap");
+  expect_bytes(buffer, before, sizeof before, "host buffer after refused copies");
+}
+
 static void test_copy_wrapping_range_refused(void** state) {
   (void)state;
   unsigned char buffer[64];
@@ -702,6 +717,7 @@ int main(void) {
       cmocka_unit_test(test_memset_wrapping_range_refused),
       cmocka_unit_test(test_memset_zero_count_writes_nothing),
       cmocka_unit_test(test_copy_null_pointers_refused),
+      cmocka_unit_test(test_copy_overlapping_ranges_refused),
       cmocka_unit_test(test_copy_wrapping_range_refused),
       cmocka_unit_test(test_copy_zero_bytes_writes_nothing),
       cmocka_unit_test(test_copy_every_pair_of_kinds),
