@@ -6,15 +6,16 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <vector>
 
 namespace gpumem::driver {
 namespace {
 
 constexpr int kMinimumDriverVersion = 12000;  // cuGetProcAddress_v2 and the signatures above
-// Entry points first versioned from CUDA 12.2 on are optional: without them, prefetch and advice
-// answer GPUMEM_ERROR_NOT_SUPPORTED.
-constexpr int kOptionalFromVersion = 12020;
+// The only entry points a driver may lack (they are CUDA 12.2's); without them, prefetch and
+// advice answer GPUMEM_ERROR_NOT_SUPPORTED. Every other one is required.
+bool optional_entry_point(std::string_view name) { return name == "cuMemPrefetchAsync" || name == "cuMemAdvise"; }
 
 struct Loaded {
   Api api;
@@ -57,7 +58,7 @@ void load(Loaded& out) {
         found == CU_GET_PROC_ADDRESS_SUCCESS && fn) {                                         \
       a.name = reinterpret_cast<PFN_##name##_v##version>(fn);                                 \
       ++resolved;                                                                             \
-    } else if (version < kOptionalFromVersion) {                                              \
+    } else if (!optional_entry_point(#name)) {                                                \
       missing += missing.empty() ? #name : ", " #name;                                        \
     }                                                                                         \
   }
@@ -79,7 +80,7 @@ void load(Loaded& out) {
   if (init == CUDA_ERROR_NO_DEVICE) {
     out.device_status = GPUMEM_ERROR_NO_DEVICE;
     out.device_result = init;
-    out.device_detail = "the CUDA driver reports no device (cuInit: CUDA_ERROR_NO_DEVICE)";
+    out.device_detail = "the CUDA driver reports no device (cuInit: CUDA_ERROR_NO_DEVICE; CUresult 100)";
   } else if (init != CUDA_SUCCESS) {
     const char* name = nullptr;
     a.cuGetErrorName(init, &name);
@@ -101,8 +102,8 @@ void load(Loaded& out) {
   }
   if (version < kMinimumDriverVersion) {
     out.status = GPUMEM_ERROR_NO_DRIVER;
-    out.detail =
-        format("the CUDA driver supports CUDA %d.%d; gpumem needs 12.0 or newer", version / 1000, version % 1000 / 10);
+    out.detail = format("the CUDA driver %s supports CUDA %d.%d; gpumem needs 12.0 or newer", path.c_str(),
+                        version / 1000, version % 1000 / 10);
     return;
   }
   if (out.device_status != GPUMEM_SUCCESS) return;
@@ -111,7 +112,10 @@ void load(Loaded& out) {
   if (counted != CUDA_SUCCESS || count <= 0) {
     out.device_status = GPUMEM_ERROR_NO_DEVICE;
     out.device_result = counted;
-    out.device_detail = "the CUDA driver reports no device";
+    out.device_detail = counted == CUDA_SUCCESS
+                            ? "the CUDA driver reports no device (cuDeviceGetCount: 0)"
+                            : format("the CUDA driver cannot count its devices (cuDeviceGetCount: CUresult %d)",
+                                     static_cast<int>(counted));
     return;
   }
   out.device_count = count;

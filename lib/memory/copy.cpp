@@ -33,13 +33,13 @@ void memset(void* dst, uint32_t value, unsigned element_size, size_t count, CUst
     fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s elements of %u bytes overflow size_t", grouped(count).c_str(),
          element_size);
   if (count == 0) return;
-  const size_t bytes = count * element_size;
-  require_no_wrap(dst, bytes, "dst");
+  const size_t total = count * element_size;
+  require_no_wrap(dst, total, "dst");
   const PointerInfo info = pointer_info(dst);
   if (info.memory_type == GPUMEM_MEMORY_UNREGISTERED)
     fail(GPUMEM_ERROR_INVALID_POINTER, "dst %p is %s, which the device cannot write; use the C library's memset()", dst,
          describe_kind(info).c_str());
-  require_within_allocation(dst, bytes, info, "dst");
+  require_within_allocation(dst, total, info, "dst");
   const driver::Api& a = driver::api();
   driver::ContextScope scope(async ? context_for(stream, info) : context_of(info));
   CUresult r;
@@ -58,8 +58,8 @@ void memset(void* dst, uint32_t value, unsigned element_size, size_t count, CUst
       break;
   }
   if (r != CUDA_SUCCESS)
-    driver::throw_result(r,
-                         format("memset of %s elements of %u bytes at %p", grouped(count).c_str(), element_size, dst));
+    driver::throw_result(
+        r, format("memset of %s elements of %s at %p", grouped(count).c_str(), bytes(element_size).c_str(), dst));
   if (!async) finish_sync(a, "waiting for the memset");
 }
 
