@@ -397,51 +397,9 @@ static CUresult CUDAAPI fake_cuPointerGetAttributes(unsigned int count, CUpointe
 
 /* ---- The one door in -------------------------------------------------------------------------- */
 
-/* Every entry point with the version of the signature implemented above. */
-#define FAKE_ENTRY_POINTS(X)         \
-  X(cuInit, 2000)                    \
-  X(cuDriverGetVersion, 2020)        \
-  X(cuGetErrorName, 6000)            \
-  X(cuGetErrorString, 6000)          \
-  X(cuDeviceGetCount, 2000)          \
-  X(cuDeviceGet, 2000)               \
-  X(cuDeviceGetName, 2000)           \
-  X(cuDeviceTotalMem, 3020)          \
-  X(cuDeviceGetAttribute, 2000)      \
-  X(cuDevicePrimaryCtxRetain, 7000)  \
-  X(cuCtxGetCurrent, 4000)           \
-  X(cuCtxPushCurrent, 4000)          \
-  X(cuCtxPopCurrent, 4000)           \
-  X(cuCtxGetDevice, 2000)            \
-  X(cuStreamGetCtx, 9020)            \
-  X(cuStreamSynchronize, 2000)       \
-  X(cuMemGetInfo, 3020)              \
-  X(cuMemAlloc, 3020)                \
-  X(cuMemFree, 3020)                 \
-  X(cuMemAllocAsync, 11020)          \
-  X(cuMemAllocFromPoolAsync, 11020)  \
-  X(cuMemFreeAsync, 11020)           \
-  X(cuMemHostAlloc, 2020)            \
-  X(cuMemFreeHost, 2000)             \
-  X(cuMemHostRegister, 6050)         \
-  X(cuMemHostUnregister, 4000)       \
-  X(cuMemHostGetDevicePointer, 3020) \
-  X(cuMemAllocManaged, 6000)         \
-  X(cuMemPrefetchAsync, 12020)       \
-  X(cuMemAdvise, 12020)              \
-  X(cuMemRangeGetAttributes, 8000)   \
-  X(cuPointerGetAttributes, 7000)    \
-  X(cuMemsetD8, 3020)                \
-  X(cuMemsetD16, 3020)               \
-  X(cuMemsetD32, 3020)               \
-  X(cuMemsetD8Async, 3020)           \
-  X(cuMemsetD16Async, 3020)          \
-  X(cuMemsetD32Async, 3020)          \
-  X(cuMemcpy, 4000)                  \
-  X(cuMemcpyAsync, 4000)             \
-  X(cuArray3DCreate, 3020)           \
-  X(cuArray3DGetDescriptor, 3020)    \
-  X(cuArrayDestroy, 2000)
+/* The list gpumem resolves, each implemented above at that version. */
+#include "driver/entry_points.h"
+#define FAKE_ENTRY_POINTS GPUMEM_DRIVER_ENTRY_POINTS
 
 /* As the driver answers: a version newer than the driver is an invalid value, one older than the
  * entry point "version not sufficient", an unknown or FAKE_CUDA_MISSING name "not found". */

@@ -1,0 +1,53 @@
+/* The driver entry points gpumem uses. C as well as C++, so that the tests' fake driver serves
+ * exactly this list. */
+#ifndef GPUMEM_DRIVER_ENTRY_POINTS_H
+#define GPUMEM_DRIVER_ENTRY_POINTS_H
+
+/* Each entry point with the version of its signature; cuGetProcAddress is asked for exactly that
+ * version, so the pointer matches the typedef whatever driver is installed. */
+#define GPUMEM_DRIVER_ENTRY_POINTS(X) \
+  X(cuInit, 2000)                     \
+  X(cuDriverGetVersion, 2020)         \
+  X(cuGetErrorName, 6000)             \
+  X(cuGetErrorString, 6000)           \
+  X(cuDeviceGetCount, 2000)           \
+  X(cuDeviceGet, 2000)                \
+  X(cuDeviceGetName, 2000)            \
+  X(cuDeviceTotalMem, 3020)           \
+  X(cuDeviceGetAttribute, 2000)       \
+  X(cuDevicePrimaryCtxRetain, 7000)   \
+  X(cuCtxGetCurrent, 4000)            \
+  X(cuCtxPushCurrent, 4000)           \
+  X(cuCtxPopCurrent, 4000)            \
+  X(cuCtxGetDevice, 2000)             \
+  X(cuStreamGetCtx, 9020)             \
+  X(cuStreamSynchronize, 2000)        \
+  X(cuMemGetInfo, 3020)               \
+  X(cuMemAlloc, 3020)                 \
+  X(cuMemFree, 3020)                  \
+  X(cuMemAllocAsync, 11020)           \
+  X(cuMemAllocFromPoolAsync, 11020)   \
+  X(cuMemFreeAsync, 11020)            \
+  X(cuMemHostAlloc, 2020)             \
+  X(cuMemFreeHost, 2000)              \
+  X(cuMemHostRegister, 6050)          \
+  X(cuMemHostUnregister, 4000)        \
+  X(cuMemHostGetDevicePointer, 3020)  \
+  X(cuMemAllocManaged, 6000)          \
+  X(cuMemPrefetchAsync, 12020)        \
+  X(cuMemAdvise, 12020)               \
+  X(cuMemRangeGetAttributes, 8000)    \
+  X(cuPointerGetAttributes, 7000)     \
+  X(cuMemsetD8, 3020)                 \
+  X(cuMemsetD16, 3020)                \
+  X(cuMemsetD32, 3020)                \
+  X(cuMemsetD8Async, 3020)            \
+  X(cuMemsetD16Async, 3020)           \
+  X(cuMemsetD32Async, 3020)           \
+  X(cuMemcpy, 4000)                   \
+  X(cuMemcpyAsync, 4000)              \
+  X(cuArray3DCreate, 3020)            \
+  X(cuArray3DGetDescriptor, 3020)     \
+  X(cuArrayDestroy, 2000)
+
+#endif /* GPUMEM_DRIVER_ENTRY_POINTS_H */
