@@ -45,7 +45,9 @@ enum gpumem_status {
   GPUMEM_ERROR_ALREADY_REGISTERED = -9, /**< The host range is already registered with the driver. */
   GPUMEM_ERROR_STREAM_CAPTURE = -10,    /**< Not allowed while a stream is being captured into a graph. */
   GPUMEM_ERROR_DRIVER = -11,            /**< Another CUDA error; see gpumem_last_cuda_result(). */
-  GPUMEM_ERROR_INTERNAL = -12           /**< A defect in gpumem; the detail says where. */
+  GPUMEM_ERROR_INTERNAL = -12,          /**< A defect in gpumem; the detail says where. */
+  GPUMEM_ERROR_NOT_OWNED = -13,         /**< The allocator did not hand out this pointer, or it is freed already. */
+  GPUMEM_ERROR_BUSY = -14               /**< The handle is in use: live allocations, or another object relies on it. */
 };
 
 /**

@@ -14,5 +14,7 @@
 #include "device.h"
 #include "memory.h"
 #include "pointer.h"
+#include "allocator.h"
+#include "pool.h"
 
 #endif /* GPUMEM_H */

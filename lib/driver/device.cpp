@@ -36,6 +36,13 @@ void device_info(int device, gpumem_device_info_t& out) {
   out.can_map_host_memory = attribute(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY) != 0;
 }
 
+uint64_t device_total_memory(int device) {
+  require_device(device);
+  size_t total = 0;
+  check(api().cuDeviceTotalMem(&total, device), "cuDeviceTotalMem");
+  return total;
+}
+
 void device_memory(int device, size_t& free, size_t& total) {
   ContextScope scope(primary_context(device));
   const CUresult r = api().cuMemGetInfo(&free, &total);

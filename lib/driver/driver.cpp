@@ -209,6 +209,15 @@ CUcontext primary_context(int device) {
   return ctx;
 }
 
+int current_device() {
+  const Api& a = device_api();
+  CUcontext ctx = nullptr;
+  if (a.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return 0;
+  CUdevice dev = 0;
+  check(a.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+  return dev;
+}
+
 CUcontext current_context() {
   const Api& a = device_api();
   CUcontext ctx = nullptr;

@@ -31,6 +31,9 @@ void require_device(int device);
 // The device's primary context, retained on first use and kept for the life of the process.
 CUcontext primary_context(int device);
 
+// The device of the calling thread's current context, or 0 if it has none.
+int current_device();
+
 // The context a call with no device argument works in: the calling thread's current context if
 // it has one (so it follows cudaSetDevice), else device 0's primary context.
 CUcontext current_context();

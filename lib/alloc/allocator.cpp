@@ -1,0 +1,98 @@
+#include "alloc/allocator.hpp"
+
+#include <algorithm>
+
+namespace gpumem::alloc {
+
+Allocator* Allocator::from(gpumem_allocator_t* handle) {
+  if (handle == nullptr || handle->magic != gpumem_allocator_s::kLive)
+    fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem allocator (destroyed, or never created)",
+         static_cast<void*>(handle));
+  return static_cast<Allocator*>(handle);
+}
+
+void* Allocator::allocate(size_t size, gpumem_stream_t stream) {
+  if (!hooked(GPUMEM_HOOK_MALLOC_PRE | GPUMEM_HOOK_MALLOC_POST)) {
+    size_t mem_size = 0;
+    return do_allocate(size, stream, mem_size);
+  }
+  run_hooks(GPUMEM_HOOK_MALLOC_PRE, size, 0, nullptr, stream, GPUMEM_SUCCESS);
+  size_t mem_size = 0;
+  void* p = nullptr;
+  try {
+    p = do_allocate(size, stream, mem_size);
+  } catch (const Error& e) {
+    run_hooks(GPUMEM_HOOK_MALLOC_POST, size, 0, nullptr, stream, e.status());
+    throw;
+  }
+  run_hooks(GPUMEM_HOOK_MALLOC_POST, size, mem_size, p, stream, GPUMEM_SUCCESS);
+  return p;
+}
+
+void Allocator::deallocate(void* p, gpumem_stream_t stream) {
+  if (!hooked(GPUMEM_HOOK_FREE_PRE | GPUMEM_HOOK_FREE_POST)) return do_deallocate(p, stream);
+  const size_t mem_size = size_of(p);
+  run_hooks(GPUMEM_HOOK_FREE_PRE, 0, mem_size, p, stream, GPUMEM_SUCCESS);
+  try {
+    do_deallocate(p, stream);
+  } catch (const Error& e) {
+    run_hooks(GPUMEM_HOOK_FREE_POST, 0, mem_size, p, stream, e.status());
+    throw;
+  }
+  run_hooks(GPUMEM_HOOK_FREE_POST, 0, mem_size, p, stream, GPUMEM_SUCCESS);
+}
+
+Stats Allocator::stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void Allocator::reset_peaks() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak_in_use = stats_.in_use;
+  stats_.peak_reserved = stats_.reserved;
+}
+
+uint64_t Allocator::add_hook(uint32_t events, gpumem_hook_fn fn, void* user_data) {
+  std::lock_guard<std::mutex> lock(hooks_mutex_);
+  const uint64_t id = next_hook_id_++;
+  hooks_.push_back(Hook{id, events, fn, user_data});
+  hook_events_.fetch_or(events, std::memory_order_release);
+  return id;
+}
+
+void Allocator::remove_hook(uint64_t id) {
+  std::lock_guard<std::mutex> lock(hooks_mutex_);
+  const auto it = std::find_if(hooks_.begin(), hooks_.end(), [&](const Hook& h) { return h.id == id; });
+  if (it == hooks_.end())
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "no hook with id %llu is on this allocator",
+         static_cast<unsigned long long>(id));
+  hooks_.erase(it);
+  uint32_t events = 0;
+  for (const Hook& h : hooks_) events |= h.events;
+  hook_events_.store(events, std::memory_order_release);
+}
+
+void Allocator::run_hooks(uint32_t event, size_t size, size_t mem_size, void* p, gpumem_stream_t stream,
+                          gpumem_status_t status) {
+  // Called without the lock, so a hook may add or remove hooks, or allocate elsewhere.
+  std::vector<Hook> hooks;
+  {
+    std::lock_guard<std::mutex> lock(hooks_mutex_);
+    for (const Hook& h : hooks_)
+      if (h.events & event) hooks.push_back(h);
+  }
+  gpumem_hook_info_t info{};
+  info.struct_size = sizeof info;
+  info.event = event;
+  info.device = device_;
+  info.allocator = this;
+  info.size = size;
+  info.mem_size = mem_size;
+  info.ptr = p;
+  info.stream = stream;
+  info.status = status;
+  for (const Hook& h : hooks) h.fn(&info, h.user_data);
+}
+
+}  // namespace gpumem::alloc

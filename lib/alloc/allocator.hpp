@@ -1,0 +1,113 @@
+// The allocator base: what every allocator has, whatever its kind — a handle check, statistics,
+// hooks, and the count of things that rely on it. Knows nothing about CUDA.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "gpumem/allocator.h"
+
+struct gpumem_allocator_s {
+  // A live handle carries this; destroy clears it, so a stale or foreign handle is refused.
+  static constexpr uint64_t kLive = 0x676d616c6c6f6321;  // "gmalloc!"
+  uint64_t magic = kLive;
+};
+
+namespace gpumem::alloc {
+
+// Counters behind gpumem_allocator_stats_t, kept under the allocator's own lock.
+struct Stats {
+  uint64_t in_use = 0, peak_in_use = 0, requested = 0, reserved = 0, peak_reserved = 0;
+  uint64_t allocs = 0, frees = 0, upstream_allocs = 0, upstream_frees = 0, retries = 0, ooms = 0;
+
+  void on_alloc(uint64_t mem_size, uint64_t asked) {
+    in_use += mem_size;
+    requested += asked;
+    ++allocs;
+    if (in_use > peak_in_use) peak_in_use = in_use;
+  }
+  void on_free(uint64_t mem_size, uint64_t asked) {
+    in_use -= mem_size;
+    requested -= asked;
+    ++frees;
+  }
+  void on_reserve(uint64_t bytes) {
+    reserved += bytes;
+    ++upstream_allocs;
+    if (reserved > peak_reserved) peak_reserved = reserved;
+  }
+  void on_unreserve(uint64_t bytes) {
+    reserved -= bytes;
+    ++upstream_frees;
+  }
+};
+
+class Allocator : public gpumem_allocator_s {
+ public:
+  Allocator(int device, const char* kind) : device_(device), kind_(kind) {}
+  virtual ~Allocator() { magic = 0; }
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  int device() const { return device_; }
+  const char* kind() const { return kind_; }
+
+  // gpumem_alloc and gpumem_free: the hooks around the kind's own work.
+  void* allocate(size_t size, gpumem_stream_t stream);
+  void deallocate(void* p, gpumem_stream_t stream);
+
+  Stats stats();
+  void reset_peaks();
+  uint64_t add_hook(uint32_t events, gpumem_hook_fn fn, void* user_data);
+  void remove_hook(uint64_t id);
+
+  // Pools built on this allocator, and places it is installed as a default: destroy waits for 0.
+  void retain() { users_.fetch_add(1, std::memory_order_relaxed); }
+  void unretain() { users_.fetch_sub(1, std::memory_order_relaxed); }
+  int users() const { return users_.load(std::memory_order_relaxed); }
+  bool permanent() const { return permanent_; }
+  void make_permanent() { permanent_ = true; }
+
+  // Live allocations, for destroy's refusal: count and bytes.
+  virtual void live(uint64_t& count, uint64_t& bytes) = 0;
+  // Frees every live allocation (destroy_force).
+  virtual void free_all_live() = 0;
+
+  // The allocator behind a handle from C; throws GPUMEM_ERROR_INVALID_HANDLE.
+  static Allocator* from(gpumem_allocator_t* handle);
+
+ protected:
+  // The kind's allocation: returns the memory and sets mem_size to the bytes it accounts.
+  virtual void* do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) = 0;
+  virtual void do_deallocate(void* p, gpumem_stream_t stream) = 0;
+  // The size an allocation accounts, for the free hooks; 0 if not one of this allocator's.
+  virtual size_t size_of(void* p) = 0;
+
+  bool hooked(uint32_t event) const { return hook_events_.load(std::memory_order_acquire) & event; }
+  void run_hooks(uint32_t event, size_t size, size_t mem_size, void* p, gpumem_stream_t stream, gpumem_status_t status);
+
+  std::mutex mutex_;  // guards stats_ and the kind's own state
+  Stats stats_;
+
+ private:
+  struct Hook {
+    uint64_t id;
+    uint32_t events;
+    gpumem_hook_fn fn;
+    void* user_data;
+  };
+  const int device_;
+  const char* const kind_;
+  std::atomic<int> users_{0};
+  bool permanent_ = false;
+  std::mutex hooks_mutex_;
+  std::vector<Hook> hooks_;
+  std::atomic<uint32_t> hook_events_{0};  // union of the hooks' masks: one load on the fast path
+  uint64_t next_hook_id_ = 1;
+};
+
+}  // namespace gpumem::alloc

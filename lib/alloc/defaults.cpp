@@ -1,0 +1,134 @@
+#include "alloc/defaults.hpp"
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "alloc/raw.hpp"
+#include "driver/device.hpp"
+#include "driver/driver.hpp"
+#include "pool/pool.hpp"
+
+namespace gpumem::alloc {
+namespace {
+
+struct Defaults {
+  std::mutex mutex;
+  std::unique_ptr<std::atomic<Allocator*>[]> pools;     // per device, created on first use
+  std::unique_ptr<std::atomic<Allocator*>[]> defaults;  // per device; NULL: the device's pool
+  int devices = 0;
+};
+
+// Leaked on purpose: memory may be freed through the defaults during process exit.
+Defaults& defaults(int device) {
+  static Defaults* d = [] {
+    auto* made = new Defaults;
+    made->devices = driver::device_count();
+    made->pools = std::make_unique<std::atomic<Allocator*>[]>(static_cast<size_t>(made->devices));
+    made->defaults = std::make_unique<std::atomic<Allocator*>[]>(static_cast<size_t>(made->devices));
+    return made;
+  }();
+  driver::require_device(device);
+  return *d;
+}
+
+// The thread's override, given back when the thread ends so the allocator can be destroyed.
+struct ThreadOverride {
+  Allocator* allocator = nullptr;
+  ~ThreadOverride() {
+    if (allocator) allocator->unretain();
+  }
+};
+thread_local ThreadOverride thread_override;
+
+struct Reclaim {
+  uint64_t id;
+  gpumem_reclaim_fn fn;
+  void* user_data;
+};
+struct ReclaimRegistry {
+  std::mutex mutex;
+  std::vector<Reclaim> callbacks;
+  uint64_t next_id = 1;
+};
+ReclaimRegistry& reclaim_registry() {
+  static ReclaimRegistry* r = new ReclaimRegistry;  // leaked: pools may run it during exit
+  return *r;
+}
+
+void run_reclaim(int device, size_t size) {
+  std::vector<Reclaim> callbacks;
+  {
+    ReclaimRegistry& r = reclaim_registry();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    callbacks = r.callbacks;
+  }
+  for (const Reclaim& c : callbacks) c.fn(device, size, c.user_data);
+}
+
+}  // namespace
+
+Allocator* resolve(gpumem_allocator_t* handle) {
+  if (handle) return Allocator::from(handle);
+  if (thread_override.allocator) return thread_override.allocator;
+  return get_default(driver::current_device());
+}
+
+Allocator* device_pool(int device) {
+  Defaults& d = defaults(device);
+  std::atomic<Allocator*>& slot = d.pools[static_cast<size_t>(device)];
+  if (Allocator* pool = slot.load(std::memory_order_acquire)) return pool;
+  std::lock_guard<std::mutex> lock(d.mutex);
+  if (Allocator* pool = slot.load(std::memory_order_relaxed)) return pool;
+  std::unique_ptr<Allocator> upstream(make_device(device));
+  upstream->make_permanent();
+  const uint64_t limit = pool::limit_from_environment(driver::device_total_memory(device));
+  auto made = std::make_unique<pool::Pool>(upstream.get(), limit);
+  upstream.release();
+  made->make_permanent();
+  slot.store(made.get(), std::memory_order_release);
+  return made.release();
+}
+
+void set_default(int device, Allocator* allocator) {
+  Defaults& d = defaults(device);
+  if (allocator) allocator->retain();
+  Allocator* old = d.defaults[static_cast<size_t>(device)].exchange(allocator, std::memory_order_acq_rel);
+  if (old) old->unretain();
+}
+
+Allocator* get_default(int device) {
+  Defaults& d = defaults(device);
+  if (Allocator* a = d.defaults[static_cast<size_t>(device)].load(std::memory_order_acquire)) return a;
+  return device_pool(device);
+}
+
+Allocator* set_thread(Allocator* allocator) {
+  if (allocator) allocator->retain();
+  Allocator* old = thread_override.allocator;
+  thread_override.allocator = allocator;
+  if (old) old->unretain();
+  return old;
+}
+
+Allocator* get_thread() { return thread_override.allocator; }
+
+uint64_t reclaim_add(gpumem_reclaim_fn fn, void* user_data) {
+  ReclaimRegistry& r = reclaim_registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const uint64_t id = r.next_id++;
+  r.callbacks.push_back(Reclaim{id, fn, user_data});
+  pool::Pool::set_reclaim_runner(run_reclaim);
+  return id;
+}
+
+void reclaim_remove(uint64_t id) {
+  ReclaimRegistry& r = reclaim_registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const auto it = std::find_if(r.callbacks.begin(), r.callbacks.end(), [&](const Reclaim& c) { return c.id == id; });
+  if (it == r.callbacks.end())
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "no reclaim callback has id %llu", static_cast<unsigned long long>(id));
+  r.callbacks.erase(it);
+}
+
+}  // namespace gpumem::alloc

@@ -1,0 +1,218 @@
+#include "alloc/raw.hpp"
+
+#include <cstdlib>
+
+#include "memory/memory.hpp"
+
+namespace gpumem::alloc {
+
+void* RawAllocator::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
+  void* p = nullptr;
+  try {
+    p = raw_alloc(size, stream);
+  } catch (const Error& e) {
+    if (e.status() == GPUMEM_ERROR_OUT_OF_MEMORY) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++stats_.ooms;
+    }
+    throw;
+  }
+  try {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_.emplace(p, size);
+    stats_.on_alloc(size, size);
+    stats_.on_reserve(size);
+  } catch (...) {
+    raw_free(p, size, stream);  // no room to remember it: give it back rather than lose it
+    throw;
+  }
+  mem_size = size;
+  return p;
+}
+
+void RawAllocator::do_deallocate(void* p, gpumem_stream_t stream) {
+  size_t size = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = live_.find(p);
+    if (it == live_.end())
+      fail(GPUMEM_ERROR_NOT_OWNED, "%p was not allocated by this %s allocator, or is freed already", p, kind());
+    size = it->second;
+    live_.erase(it);
+  }
+  try {
+    raw_free(p, size, stream);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_.emplace(p, size);  // the source kept it: so does the allocator
+    throw;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.on_free(size, size);
+  stats_.on_unreserve(size);
+}
+
+size_t RawAllocator::size_of(void* p) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = live_.find(p);
+  return it == live_.end() ? 0 : it->second;
+}
+
+void RawAllocator::live(uint64_t& count, uint64_t& bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  count = live_.size();
+  bytes = stats_.in_use;
+}
+
+void RawAllocator::free_all_live() {
+  tsl::robin_map<void*, size_t> all;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    all.swap(live_);
+  }
+  for (const auto& [p, size] : all) raw_free(p, size, nullptr);
+}
+
+namespace {
+
+class DeviceAllocator final : public RawAllocator {
+ public:
+  explicit DeviceAllocator(int device) : RawAllocator(device, "device") {}
+
+ protected:
+  void* raw_alloc(size_t size, gpumem_stream_t) override { return memory::device_alloc(device(), size); }
+  void raw_free(void* p, size_t, gpumem_stream_t) override { memory::device_free(p); }
+};
+
+class DeviceAsyncAllocator final : public RawAllocator {
+ public:
+  DeviceAsyncAllocator(int device, gpumem_cuda_pool_t pool)
+      : RawAllocator(device, "stream-ordered device"), pool_(pool) {}
+
+ protected:
+  void* raw_alloc(size_t size, gpumem_stream_t stream) override {
+    return pool_ ? memory::device_alloc_from_pool(pool_, size, stream)
+                 : memory::device_alloc_async(device(), size, stream);
+  }
+  void raw_free(void* p, size_t, gpumem_stream_t stream) override { memory::device_free_async(p, stream); }
+
+ private:
+  gpumem_cuda_pool_t pool_;
+};
+
+class ManagedAllocator final : public RawAllocator {
+ public:
+  ManagedAllocator(int device, unsigned flags) : RawAllocator(device, "managed"), flags_(flags) {}
+
+ protected:
+  void* raw_alloc(size_t size, gpumem_stream_t) override { return memory::managed_alloc(device(), size, flags_); }
+  void raw_free(void* p, size_t, gpumem_stream_t) override { memory::managed_free(p); }
+
+ private:
+  unsigned flags_;
+};
+
+class PinnedAllocator final : public RawAllocator {
+ public:
+  explicit PinnedAllocator(unsigned flags) : RawAllocator(-1, "pinned host"), flags_(flags) {}
+
+ protected:
+  void* raw_alloc(size_t size, gpumem_stream_t) override { return memory::host_alloc(size, flags_); }
+  void raw_free(void* p, size_t, gpumem_stream_t) override { memory::host_free(p); }
+
+ private:
+  unsigned flags_;
+};
+
+class HostAllocator final : public RawAllocator {
+ public:
+  explicit HostAllocator(size_t alignment) : RawAllocator(-1, "host"), alignment_(alignment) {}
+
+ protected:
+  void* raw_alloc(size_t size, gpumem_stream_t) override {
+    // aligned_alloc wants a multiple of the alignment.
+    if (size > SIZE_MAX - (alignment_ - 1))
+      fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s overflows rounding to the alignment %zu", bytes(size).c_str(),
+           alignment_);
+    void* p = std::aligned_alloc(alignment_, (size + alignment_ - 1) / alignment_ * alignment_);
+    if (!p) fail(GPUMEM_ERROR_OUT_OF_MEMORY, "out of host memory allocating %s (aligned_alloc)", bytes(size).c_str());
+    return p;
+  }
+  void raw_free(void* p, size_t, gpumem_stream_t) override { std::free(p); }
+
+ private:
+  size_t alignment_;
+};
+
+class FunctionsAllocator final : public RawAllocator {
+ public:
+  explicit FunctionsAllocator(const gpumem_allocator_functions_t& f) : RawAllocator(f.device, "caller's"), f_(f) {}
+  ~FunctionsAllocator() override {
+    if (f_.destroy) f_.destroy(f_.context);
+  }
+
+ protected:
+  void* raw_alloc(size_t size, gpumem_stream_t stream) override {
+    void* p = nullptr;
+    const gpumem_status_t st = f_.alloc(f_.context, size, device(), stream, &p);
+    if (st != GPUMEM_SUCCESS)
+      fail(st, "the caller's alloc function returned %s for %s", status_name(st), bytes(size).c_str());
+    if (!p)
+      fail(GPUMEM_ERROR_OUT_OF_MEMORY, "the caller's alloc function returned success but no memory for %s",
+           bytes(size).c_str());
+    return p;
+  }
+  void raw_free(void* p, size_t size, gpumem_stream_t stream) override {
+    const gpumem_status_t st = f_.free(f_.context, p, size, device(), stream);
+    if (st != GPUMEM_SUCCESS) fail(st, "the caller's free function returned %s for %p", status_name(st), p);
+  }
+
+ private:
+  gpumem_allocator_functions_t f_;
+};
+
+}  // namespace
+
+Allocator* make_device(int device) {
+  driver::require_device(device);
+  return new DeviceAllocator(device);
+}
+
+Allocator* make_device_async(int device, gpumem_cuda_pool_t pool) {
+  driver::require_device(device);
+  int pools = 0;
+  driver::check(driver::api().cuDeviceGetAttribute(&pools, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, device),
+                "cuDeviceGetAttribute(memory pools)");
+  if (!pools) fail(GPUMEM_ERROR_NOT_SUPPORTED, "device %d has no memory pools (stream-ordered allocation)", device);
+  return new DeviceAsyncAllocator(device, pool);
+}
+
+Allocator* make_managed(int device, unsigned flags) {
+  if (flags != 0 && flags != GPUMEM_MANAGED_ATTACH_GLOBAL && flags != GPUMEM_MANAGED_ATTACH_HOST)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT,
+         "managed flags 0x%x: pass 0, GPUMEM_MANAGED_ATTACH_GLOBAL or GPUMEM_MANAGED_ATTACH_HOST", flags);
+  driver::require_device(device);
+  return new ManagedAllocator(device, flags);
+}
+
+Allocator* make_pinned(unsigned flags) {
+  constexpr unsigned known = GPUMEM_HOST_ALLOC_PORTABLE | GPUMEM_HOST_ALLOC_DEVICEMAP | GPUMEM_HOST_ALLOC_WRITECOMBINED;
+  if (flags & ~known) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "unknown host allocation flags 0x%x", flags & ~known);
+  return new PinnedAllocator(flags);
+}
+
+Allocator* make_host(size_t alignment) {
+  if (alignment == 0) alignment = 512;
+  if (alignment < 8 || alignment > (size_t{1} << 20) || (alignment & (alignment - 1)))
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "alignment %zu is not a power of two from 8 to 1,048,576", alignment);
+  return new HostAllocator(alignment);
+}
+
+Allocator* make_functions(const gpumem_allocator_functions_t& f) {
+  require(f.alloc != nullptr, "functions->alloc is NULL");
+  require(f.free != nullptr, "functions->free is NULL");
+  if (f.device < -1) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "functions->device %d is neither a device nor -1", f.device);
+  return new FunctionsAllocator(f);
+}
+
+}  // namespace gpumem::alloc

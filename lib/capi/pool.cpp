@@ -1,0 +1,125 @@
+// Pools at the C boundary.
+#include <memory>
+
+#include "alloc/defaults.hpp"
+#include "capi/guard.hpp"
+#include "driver/device.hpp"
+#include "pool/pool.hpp"
+
+using gpumem::fail;
+using gpumem::require;
+using gpumem::require_out;
+using gpumem::alloc::Allocator;
+using gpumem::capi::guard;
+using gpumem::pool::Pool;
+
+namespace {
+
+Pool* pool_from(gpumem_allocator_t* handle) {
+  Allocator* a = Allocator::from(handle);
+  auto* pool = dynamic_cast<Pool*>(a);
+  if (!pool)
+    fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is a %s allocator, not a pool", static_cast<void*>(handle), a->kind());
+  return pool;
+}
+
+uint64_t limit_of_fraction(int device, double fraction) {
+  if (!(fraction > 0 && fraction <= 1))
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "limit fraction %g is not in (0, 1]", fraction);
+  if (device < 0) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "a limit fraction needs a device; this pool holds host memory");
+  return static_cast<uint64_t>(static_cast<double>(gpumem::driver::device_total_memory(device)) * fraction);
+}
+
+}  // namespace
+
+extern "C" {
+
+GPUMEM_API gpumem_status_t gpumem_pool_params_init(gpumem_pool_params_t* params, size_t struct_size) {
+  return guard([&] {
+    require_out(params, "params");
+    if (struct_size < sizeof(gpumem_pool_params_t))
+      fail(GPUMEM_ERROR_INVALID_ARGUMENT, "struct_size is %zu; pass sizeof(gpumem_pool_params_t) (%zu)", struct_size,
+           sizeof(gpumem_pool_params_t));
+    *params = gpumem_pool_params_t GPUMEM_POOL_PARAMS_INIT;
+  });
+}
+
+GPUMEM_API gpumem_status_t gpumem_pool_create(const gpumem_pool_params_t* params, gpumem_allocator_t** out_pool) {
+  return guard([&] {
+    require_out(out_pool, "out_pool");
+    *out_pool = nullptr;
+    require(params != nullptr, "params is NULL");
+    if (params->struct_size < sizeof(gpumem_pool_params_t))
+      fail(GPUMEM_ERROR_INVALID_ARGUMENT, "params->struct_size is %zu; set it to sizeof (%zu)", params->struct_size,
+           sizeof(gpumem_pool_params_t));
+    require(params->upstream != nullptr, "params->upstream is NULL");
+    Allocator* upstream = Allocator::from(params->upstream);
+    if (params->limit && params->limit_fraction != 0)
+      fail(GPUMEM_ERROR_INVALID_ARGUMENT, "params give both a limit (%s bytes) and a limit fraction (%g); give one",
+           gpumem::grouped(params->limit).c_str(), params->limit_fraction);
+    uint64_t limit = params->limit;
+    if (params->limit_fraction != 0) {
+      limit = limit_of_fraction(upstream->device(), params->limit_fraction);
+    } else if (!limit && upstream->device() >= 0) {
+      limit = gpumem::pool::limit_from_environment(gpumem::driver::device_total_memory(upstream->device()));
+    }
+    *out_pool = new Pool(upstream, limit);
+  });
+}
+
+GPUMEM_API gpumem_status_t gpumem_pool_get_device(int32_t device, gpumem_allocator_t** out_pool) {
+  return guard([&] {
+    require_out(out_pool, "out_pool");
+    *out_pool = nullptr;
+    *out_pool = gpumem::alloc::device_pool(device);
+  });
+}
+
+GPUMEM_API gpumem_status_t gpumem_pool_release(gpumem_allocator_t* pool, gpumem_stream_t stream, uint32_t flags) {
+  return guard([&] {
+    if (flags & ~uint32_t{GPUMEM_POOL_RELEASE_ALL_STREAMS})
+      fail(GPUMEM_ERROR_INVALID_ARGUMENT, "unknown release flags 0x%x",
+           flags & ~uint32_t{GPUMEM_POOL_RELEASE_ALL_STREAMS});
+    pool_from(pool)->release(stream, flags & GPUMEM_POOL_RELEASE_ALL_STREAMS);
+  });
+}
+
+GPUMEM_API gpumem_status_t gpumem_pool_get_info(gpumem_allocator_t* pool, gpumem_pool_info_t* out_info) {
+  return guard([&] {
+    gpumem::capi::fill_struct(out_info, "out_info", [&](gpumem_pool_info_t& out) {
+      const gpumem::pool::Info i = pool_from(pool)->info();
+      out.used_bytes = i.used;
+      out.free_bytes = i.free;
+      out.total_bytes = i.total;
+      out.free_block_count = i.free_blocks;
+      out.limit = i.limit;
+      out.arena_count = i.arenas;
+    });
+  });
+}
+
+GPUMEM_API gpumem_status_t gpumem_pool_set_limit(gpumem_allocator_t* pool, uint64_t limit) {
+  return guard([&] { pool_from(pool)->set_limit(limit); });
+}
+
+GPUMEM_API gpumem_status_t gpumem_pool_set_limit_fraction(gpumem_allocator_t* pool, double fraction) {
+  return guard([&] {
+    Pool* p = pool_from(pool);
+    p->set_limit(limit_of_fraction(p->device(), fraction));
+  });
+}
+
+GPUMEM_API gpumem_status_t gpumem_reclaim_add(gpumem_reclaim_fn reclaim, void* user_data, uint64_t* out_id) {
+  return guard([&] {
+    require_out(out_id, "out_id");
+    *out_id = 0;
+    require(reclaim != nullptr, "reclaim is NULL");
+    *out_id = gpumem::alloc::reclaim_add(reclaim, user_data);
+  });
+}
+
+GPUMEM_API gpumem_status_t gpumem_reclaim_remove(uint64_t id) {
+  return guard([&] { gpumem::alloc::reclaim_remove(id); });
+}
+
+}  // extern "C"

@@ -1,0 +1,59 @@
+// GPUMEM_GPU_MEMORY_LIMIT: "1073741824", "8GiB", "512MB", "50%".
+#include <strings.h>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "pool/pool.hpp"
+
+namespace gpumem::pool {
+namespace {
+
+struct Unit {
+  const char* name;
+  double factor;
+};
+constexpr Unit kUnits[] = {
+    {"", 1},      {"B", 1},        {"KB", 1e3},        {"MB", 1e6},           {"GB", 1e9},
+    {"TB", 1e12}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+};
+
+[[noreturn]] void unreadable(const char* text, const char* why) {
+  fail(GPUMEM_ERROR_INVALID_ARGUMENT,
+       "GPUMEM_GPU_MEMORY_LIMIT=\"%s\" %s; write bytes (1073741824), a size with a unit (8GiB, 512MB) or a "
+       "percentage of the device's memory (50%%)",
+       text, why);
+}
+
+}  // namespace
+
+uint64_t parse_limit(const char* text, uint64_t device_total) {
+  errno = 0;
+  char* end = nullptr;
+  const double value = std::strtod(text, &end);
+  if (end == text || errno || !std::isfinite(value) || value < 0) unreadable(text, "is not a number");
+  while (*end == ' ') ++end;
+  double limit;
+  if (std::strcmp(end, "%") == 0) {
+    if (value <= 0 || value > 100) unreadable(text, "is not a percentage in (0, 100]");
+    if (device_total == 0) return 0;  // host memory has no device to take a share of
+    limit = static_cast<double>(device_total) * value / 100;
+  } else {
+    const Unit* unit = nullptr;
+    for (const Unit& u : kUnits)
+      if (strcasecmp(end, u.name) == 0) unit = &u;
+    if (!unit) unreadable(text, "has an unknown unit");
+    limit = value * unit->factor;
+  }
+  if (limit < 1 || limit >= 18446744073709551615.0) unreadable(text, "is out of range");
+  return static_cast<uint64_t>(limit);
+}
+
+uint64_t limit_from_environment(uint64_t device_total) {
+  const char* text = std::getenv("GPUMEM_GPU_MEMORY_LIMIT");
+  if (!text || !*text) return 0;
+  return parse_limit(text, device_total);
+}
+
+}  // namespace gpumem::pool

@@ -1,0 +1,487 @@
+#include "pool/pool.hpp"
+
+#include <atomic>
+#include <cstring>
+
+namespace gpumem::pool {
+namespace {
+
+// Size classes: exact below 64 units of kRound (32 KiB), then 32 classes per power of two, so a
+// class is at most 1/32 of its sizes wide. A bitmap over the classes finds the next non-empty one.
+constexpr int kExactClasses = 64;
+constexpr int kSubClasses = 32;
+constexpr int kClasses = kExactClasses + 49 * kSubClasses;  // units below 2^55: sizes below 2^64
+constexpr int kWords = (kClasses + 63) / 64;
+
+int size_class(size_t rounded) {
+  const uint64_t units = rounded / kRound;
+  if (units < kExactClasses) return static_cast<int>(units);
+  const int top = 63 - __builtin_clzll(units);
+  const int sub = static_cast<int>((units >> (top - 5)) & (kSubClasses - 1));
+  return kExactClasses + (top - 6) * kSubClasses + sub;
+}
+
+// The chunks scanned in the request's own class for the best fit, before moving up a class.
+constexpr int kScan = 16;
+
+std::atomic<Pool::ReclaimRunner> reclaim_runner{nullptr};
+
+// The per-thread default stream is a different stream on every thread: its arena key is an
+// address no stream object can have.
+thread_local char per_thread_stream_tag;
+
+uintptr_t stream_key(gpumem_stream_t stream) {
+  const auto value = reinterpret_cast<uintptr_t>(stream);
+  if (value == 0 || value == 1) return 1;  // NULL is the legacy stream
+  if (value == 2) return reinterpret_cast<uintptr_t>(&per_thread_stream_tag);
+  return value;
+}
+
+}  // namespace
+
+struct Pool::Chunk {
+  uintptr_t ptr;
+  size_t size;
+  size_t requested;
+  Chunk* prev;  // neighbours in the same upstream block
+  Chunk* next;
+  Chunk* free_prev;  // in its class's free list
+  Chunk* free_next;
+  Arena* arena;
+  bool in_use;
+};
+
+struct Pool::Arena {
+  Arena(uintptr_t k, gpumem_stream_t s) : key(k), stream(s) {}
+  uintptr_t key;
+  gpumem_stream_t stream;
+  uint64_t summary = 0;  // bit w set: words[w] is not 0
+  std::array<uint64_t, kWords> words{};
+  std::array<Chunk*, kClasses> heads{};
+  uint64_t free_blocks = 0;
+  uint64_t free_bytes = 0;
+
+  // The first non-empty class at or above c, or -1.
+  int find_from(int c) const {
+    if (c >= kClasses) return -1;
+    int w = c >> 6;
+    uint64_t bits = words[w] & (~uint64_t{0} << (c & 63));
+    if (bits) return (w << 6) + __builtin_ctzll(bits);
+    const uint64_t rest = w + 1 < 64 ? summary & (~uint64_t{0} << (w + 1)) : 0;
+    if (!rest) return -1;
+    w = __builtin_ctzll(rest);
+    return (w << 6) + __builtin_ctzll(words[w]);
+  }
+};
+
+void Pool::set_reclaim_runner(ReclaimRunner runner) { reclaim_runner.store(runner); }
+
+Pool::Pool(alloc::Allocator* upstream, uint64_t limit)
+    : alloc::Allocator(upstream->device(), "pool"), upstream_(upstream), limit_(limit) {
+  upstream_->retain();
+}
+
+Pool::~Pool() {
+  std::vector<Block> blocks;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& arena : arenas_) collect_whole_blocks(*arena, blocks);
+  }
+  try {
+    give_back(blocks);
+  } catch (...) {
+    // The upstream refused some blocks back; nothing more can be done for them now.
+  }
+  upstream_->unretain();
+}
+
+Pool::Chunk* Pool::new_chunk() {
+  if (!spare_chunks_) {
+    constexpr size_t kSlab = 256;
+    auto slab = std::make_unique<Chunk[]>(kSlab);
+    chunk_slabs_.reserve(chunk_slabs_.size() + 1);
+    for (size_t i = 0; i < kSlab; ++i) {
+      slab[i].free_next = spare_chunks_;
+      spare_chunks_ = &slab[i];
+    }
+    chunk_slabs_.push_back(std::move(slab));
+  }
+  Chunk* c = spare_chunks_;
+  spare_chunks_ = c->free_next;
+  std::memset(static_cast<void*>(c), 0, sizeof *c);
+  return c;
+}
+
+void Pool::delete_chunk(Chunk* c) {
+  c->free_next = spare_chunks_;
+  spare_chunks_ = c;
+}
+
+Pool::Arena& Pool::arena_for(gpumem_stream_t stream) {
+  const uintptr_t key = stream_key(stream);
+  if (last_arena_ && last_arena_->key == key) return *last_arena_;
+  for (auto& arena : arenas_)
+    if (arena->key == key) return *(last_arena_ = arena.get());
+  arenas_.reserve(arenas_.size() + 1);
+  arenas_.push_back(std::make_unique<Arena>(key, stream));
+  return *(last_arena_ = arenas_.back().get());
+}
+
+void Pool::insert_free(Arena& arena, Chunk* c) {
+  const int cls = size_class(c->size);
+  c->free_prev = nullptr;
+  c->free_next = arena.heads[cls];
+  if (c->free_next) c->free_next->free_prev = c;
+  arena.heads[cls] = c;
+  arena.words[cls >> 6] |= uint64_t{1} << (cls & 63);
+  arena.summary |= uint64_t{1} << (cls >> 6);
+  ++arena.free_blocks;
+  arena.free_bytes += c->size;
+}
+
+void Pool::remove_free(Arena& arena, Chunk* c) {
+  const int cls = size_class(c->size);
+  if (c->free_prev) {
+    c->free_prev->free_next = c->free_next;
+  } else {
+    arena.heads[cls] = c->free_next;
+    if (!c->free_next) {
+      arena.words[cls >> 6] &= ~(uint64_t{1} << (cls & 63));
+      if (!arena.words[cls >> 6]) arena.summary &= ~(uint64_t{1} << (cls >> 6));
+    }
+  }
+  if (c->free_next) c->free_next->free_prev = c->free_prev;
+  --arena.free_blocks;
+  arena.free_bytes -= c->size;
+}
+
+Pool::Chunk* Pool::take(Arena& arena, size_t rounded) {
+  const int cls = size_class(rounded);
+  Chunk* best = nullptr;
+  int scanned = 0;
+  for (Chunk* c = arena.heads[cls]; c && scanned < kScan; c = c->free_next, ++scanned) {
+    if (c->size >= rounded && (!best || c->size < best->size)) {
+      best = c;
+      if (c->size == rounded) break;
+    }
+  }
+  if (!best) {
+    // Every chunk of a higher class fits; the head of the lowest is the best-fitting class.
+    const int higher = arena.find_from(cls + 1);
+    if (higher < 0) return nullptr;
+    best = arena.heads[higher];
+  }
+  Chunk* rest = best->size > rounded ? new_chunk() : nullptr;  // before any change: it may throw
+  remove_free(arena, best);
+  if (rest) {
+    rest->ptr = best->ptr + rounded;
+    rest->size = best->size - rounded;
+    rest->prev = best;
+    rest->next = best->next;
+    if (rest->next) rest->next->prev = rest;
+    rest->arena = &arena;
+    best->next = rest;
+    best->size = rounded;
+    insert_free(arena, rest);
+  }
+  return best;
+}
+
+void* Pool::hand_out(Chunk* c, size_t size) {
+  c->in_use = true;
+  c->requested = size;
+  try {
+    in_use_.emplace(c->ptr, c);
+  } catch (...) {
+    c->in_use = false;
+    insert_free(*c->arena, c);  // still a whole chunk: back where it was
+    throw;
+  }
+  stats_.on_alloc(c->size, size);
+  return reinterpret_cast<void*>(c->ptr);
+}
+
+void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
+  if (size > SIZE_MAX - (kRound - 1))
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s overflows rounding to %zu bytes", bytes(size).c_str(), kRound);
+  const size_t rounded = (size + kRound - 1) / kRound * kRound;
+  mem_size = rounded;
+  Arena* arena;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    arena = &arena_for(stream);
+    if (Chunk* c = take(*arena, rounded)) return hand_out(c, size);
+  }
+  // Nothing cached fits: grow; when that fails, return cached blocks and retry, then ask the
+  // reclaim callbacks and retry once more.
+  std::string why;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (attempt == 1) {
+      std::vector<Block> blocks;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++stats_.retries;
+        for (auto& a : arenas_) collect_whole_blocks(*a, blocks);
+      }
+      try {
+        give_back(blocks);
+      } catch (const Error&) {
+        // What the upstream would not take back stays cached; the retry goes on regardless.
+      }
+    } else if (attempt == 2) {
+      const ReclaimRunner runner = reclaim_runner.load();
+      if (!runner) break;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++stats_.retries;
+      }
+      runner(device(), size);
+    }
+    if (attempt > 0) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (Chunk* c = take(*arena, rounded)) return hand_out(c, size);
+    }
+    bool over_limit = false;
+    try {
+      if (void* p = grow(arena, size, rounded, stream, over_limit)) return p;
+      why = "the pool's limit";
+    } catch (const Error& e) {
+      if (e.status() != GPUMEM_ERROR_OUT_OF_MEMORY) throw;
+      why = e.what();
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.ooms;
+  }
+  fail_out_of_memory(size, rounded, why);
+}
+
+void* Pool::grow(Arena*& arena, size_t size, size_t rounded, gpumem_stream_t stream, bool& over_limit) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (limit_ && (stats_.reserved + pending_ + rounded > limit_ || rounded > limit_)) {
+      over_limit = true;
+      return nullptr;
+    }
+    pending_ += rounded;
+  }
+  if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE))
+    run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE, rounded, rounded, nullptr, stream, GPUMEM_SUCCESS);
+  void* block = nullptr;
+  try {
+    block = upstream_->allocate(rounded, stream);
+  } catch (const Error& e) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_ -= rounded;
+    }
+    if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_POST))
+      run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_POST, rounded, rounded, nullptr, stream, e.status());
+    throw;
+  }
+  if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_POST))
+    run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_POST, rounded, rounded, block, stream, GPUMEM_SUCCESS);
+  std::unique_lock<std::mutex> lock(mutex_);
+  pending_ -= rounded;
+  Chunk* c;
+  try {
+    c = new_chunk();
+  } catch (...) {
+    lock.unlock();
+    upstream_->deallocate(block, stream);
+    throw;
+  }
+  stats_.on_reserve(rounded);
+  c->ptr = reinterpret_cast<uintptr_t>(block);
+  c->size = rounded;
+  c->arena = arena;
+  return hand_out(c, size);
+}
+
+void Pool::fail_out_of_memory(size_t size, size_t rounded, const std::string& why) {
+  alloc::Stats s;
+  uint64_t limit;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    s = stats_;
+    limit = limit_;
+  }
+  const std::string where = device() >= 0 ? format("on device %d", device()) : std::string("of host memory");
+  const std::string limit_text = limit ? "limit " + grouped(limit) : std::string("no limit");
+  throw Error(GPUMEM_ERROR_OUT_OF_MEMORY,
+              format("out of memory allocating %s (rounded to %s) from the pool %s: %s bytes in use, pool holds "
+                     "%s bytes, %s; after releasing cached blocks and reclaiming, refused by %s",
+                     bytes(size).c_str(), grouped(rounded).c_str(), where.c_str(), grouped(s.in_use).c_str(),
+                     grouped(s.reserved).c_str(), limit_text.c_str(), why.c_str()));
+}
+
+void Pool::do_deallocate(void* p, gpumem_stream_t) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = in_use_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == in_use_.end())
+    fail(GPUMEM_ERROR_NOT_OWNED, "%p was not allocated by this pool, or is freed already (out-of-pool memory)", p);
+  Chunk* c = it->second;
+  in_use_.erase(it);
+  stats_.on_free(c->size, c->requested);
+  c->in_use = false;
+  Arena& arena = *c->arena;
+  if (Chunk* n = c->next; n && !n->in_use) {
+    remove_free(arena, n);
+    c->size += n->size;
+    c->next = n->next;
+    if (c->next) c->next->prev = c;
+    delete_chunk(n);
+  }
+  if (Chunk* pv = c->prev; pv && !pv->in_use) {
+    remove_free(arena, pv);
+    pv->size += c->size;
+    pv->next = c->next;
+    if (pv->next) pv->next->prev = pv;
+    delete_chunk(c);
+    c = pv;
+  }
+  insert_free(arena, c);
+}
+
+size_t Pool::size_of(void* p) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = in_use_.find(reinterpret_cast<uintptr_t>(p));
+  return it == in_use_.end() ? 0 : it->second->size;
+}
+
+void Pool::collect_whole_blocks(Arena& arena, std::vector<Block>& out) {
+  out.reserve(out.size() + arena.free_blocks);  // so nothing below can throw
+  for (int w = 0; w < kWords; ++w) {
+    for (uint64_t bits = arena.words[w]; bits; bits &= bits - 1) {
+      Chunk* c = arena.heads[(w << 6) + __builtin_ctzll(bits)];
+      while (c) {
+        Chunk* next = c->free_next;
+        if (!c->prev && !c->next) {
+          remove_free(arena, c);
+          out.push_back(Block{c->ptr, c->size, &arena});
+          delete_chunk(c);
+        }
+        c = next;
+      }
+    }
+  }
+}
+
+void Pool::give_back(std::vector<Block>& blocks) {
+  std::exception_ptr first;
+  for (const Block& b : blocks) {
+    try {
+      upstream_->deallocate(reinterpret_cast<void*>(b.ptr), b.arena->stream);
+      std::lock_guard<std::mutex> lock(mutex_);
+      stats_.on_unreserve(b.size);
+    } catch (...) {
+      if (!first) first = std::current_exception();
+      // Still the pool's: cache it again rather than lose track of it.
+      std::lock_guard<std::mutex> lock(mutex_);
+      Chunk* c = new_chunk();
+      c->ptr = b.ptr;
+      c->size = b.size;
+      c->arena = b.arena;
+      insert_free(*b.arena, c);
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+void Pool::release(gpumem_stream_t stream, bool all_streams) {
+  std::vector<Block> blocks;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const uintptr_t key = stream_key(stream);
+    for (auto& arena : arenas_)
+      if (all_streams || arena->key == key) collect_whole_blocks(*arena, blocks);
+  }
+  give_back(blocks);
+}
+
+Info Pool::info() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Info i;
+  i.used = stats_.in_use;
+  i.total = stats_.reserved;
+  i.limit = limit_;
+  i.arenas = static_cast<uint32_t>(arenas_.size());
+  for (auto& arena : arenas_) {
+    i.free += arena->free_bytes;
+    i.free_blocks += arena->free_blocks;
+  }
+  return i;
+}
+
+void Pool::set_limit(uint64_t limit) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  limit_ = limit;
+}
+
+void Pool::live(uint64_t& count, uint64_t& bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  count = in_use_.size();
+  bytes = stats_.in_use;
+}
+
+void Pool::free_all_live() {
+  std::vector<uintptr_t> live;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live.reserve(in_use_.size());
+    for (const auto& [ptr, chunk] : in_use_) live.push_back(ptr);
+  }
+  for (uintptr_t p : live) do_deallocate(reinterpret_cast<void*>(p), nullptr);
+}
+
+void Pool::check_invariants() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto broken = [](const char* what) { fail(GPUMEM_ERROR_INTERNAL, "pool invariant broken: %s", what); };
+  uint64_t free_total = 0, used_total = 0, requested_total = 0, block_total = 0;
+  std::vector<Chunk*> starts;
+  for (auto& arena : arenas_) {
+    uint64_t blocks = 0, bytes_free = 0;
+    for (int cls = 0; cls < kClasses; ++cls) {
+      const bool bit = arena->words[cls >> 6] >> (cls & 63) & 1;
+      if (bit != (arena->heads[cls] != nullptr)) broken("a class's bitmap bit disagrees with its list");
+      for (Chunk* c = arena->heads[cls]; c; c = c->free_next) {
+        if (c->in_use) broken("a chunk in a free list is in use");
+        if (c->arena != arena.get()) broken("a free chunk is listed in another arena");
+        if (size_class(c->size) != cls) broken("a free chunk is in the wrong class");
+        if (c->free_next && c->free_next->free_prev != c) broken("a free list's back link is wrong");
+        if (!c->prev) starts.push_back(c);
+        ++blocks;
+        bytes_free += c->size;
+      }
+    }
+    for (int w = 0; w < kWords; ++w)
+      if (bool(arena->words[w]) != bool(arena->summary >> w & 1)) broken("the summary bitmap disagrees");
+    if (blocks != arena->free_blocks || bytes_free != arena->free_bytes) broken("an arena's free counts are wrong");
+    free_total += bytes_free;
+  }
+  for (const auto& [ptr, c] : in_use_) {
+    if (!c->in_use || c->ptr != ptr) broken("the in-use map disagrees with its chunk");
+    used_total += c->size;
+    requested_total += c->requested;
+    if (!c->prev) starts.push_back(c);
+  }
+  for (Chunk* c : starts) {
+    for (; c; c = c->next) {
+      if (c->size == 0 || c->size % kRound) broken("a chunk's size is not a positive multiple of the rounding");
+      block_total += c->size;
+      if (c->next) {
+        if (c->next->prev != c) broken("a block's back link is wrong");
+        if (c->ptr + c->size != c->next->ptr) broken("neighbours in a block are not contiguous");
+        if (!c->in_use && !c->next->in_use) broken("two free neighbours were not merged");
+        if (c->next->arena != c->arena) broken("a block spans two arenas");
+      }
+    }
+  }
+  if (used_total != stats_.in_use) broken("bytes in use disagree with the statistics");
+  if (requested_total != stats_.requested) broken("bytes requested disagree with the statistics");
+  if (block_total != stats_.reserved) broken("bytes held disagree with the upstream blocks");
+  if (free_total + used_total != stats_.reserved) broken("used and free do not add up to the total");
+}
+
+}  // namespace gpumem::pool

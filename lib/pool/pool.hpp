@@ -1,0 +1,87 @@
+// The caching pool. Manages address ranges its upstream allocator hands it, and knows nothing
+// about CUDA: streams are only keys of arenas here.
+#pragma once
+
+#include <tsl/robin_map.h>
+
+#include <array>
+#include <memory>
+#include <vector>
+
+#include "alloc/allocator.hpp"
+
+namespace gpumem::pool {
+
+// Sizes are rounded to this many bytes, and blocks are taken from the upstream at that size.
+constexpr size_t kRound = 512;
+
+struct Info {
+  uint64_t used = 0, free = 0, total = 0, free_blocks = 0, limit = 0;
+  uint32_t arenas = 0;
+};
+
+class Pool final : public alloc::Allocator {
+ public:
+  // upstream is retained for the pool's life; limit 0 is none.
+  Pool(alloc::Allocator* upstream, uint64_t limit);
+  ~Pool() override;
+
+  // Returns free whole blocks to the upstream: the stream's arena, or all of them.
+  void release(gpumem_stream_t stream, bool all_streams);
+  Info info();
+  void set_limit(uint64_t limit);
+  alloc::Allocator* upstream() const { return upstream_; }
+
+  void live(uint64_t& count, uint64_t& bytes) override;
+  void free_all_live() override;
+  // Checks every invariant of the pool's structures; throws GPUMEM_ERROR_INTERNAL naming the first
+  // broken one. For tests and the fuzzer: it walks everything.
+  void check_invariants();
+
+  // The callbacks run before the last retry of an allocation that found no memory.
+  using ReclaimRunner = void (*)(int device, size_t size);
+  static void set_reclaim_runner(ReclaimRunner runner);
+
+ protected:
+  void* do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) override;
+  void do_deallocate(void* p, gpumem_stream_t stream) override;
+  size_t size_of(void* p) override;
+
+ private:
+  struct Chunk;
+  struct Arena;
+  struct Block {  // a whole upstream block, to be returned
+    uintptr_t ptr;
+    size_t size;
+    Arena* arena;
+  };
+
+  Arena& arena_for(gpumem_stream_t stream);   // under mutex_
+  Chunk* take(Arena& arena, size_t rounded);  // under mutex_: a free chunk of at least rounded, split to fit
+  void* hand_out(Chunk* chunk, size_t size);  // under mutex_
+  void insert_free(Arena& arena, Chunk* chunk);
+  void remove_free(Arena& arena, Chunk* chunk);
+  Chunk* new_chunk();
+  void delete_chunk(Chunk* chunk);
+  void collect_whole_blocks(Arena& arena, std::vector<Block>& out);  // under mutex_
+  void give_back(std::vector<Block>& blocks);  // without mutex_: to the upstream, re-caching failures
+  void* grow(Arena*& arena, size_t size, size_t rounded, gpumem_stream_t stream, bool& over_limit);
+  [[noreturn]] void fail_out_of_memory(size_t size, size_t rounded, const std::string& why);
+
+  alloc::Allocator* const upstream_;
+  uint64_t limit_;
+  uint64_t pending_ = 0;  // bytes being taken from the upstream right now, counted against the limit
+  tsl::robin_map<uintptr_t, Chunk*> in_use_;
+  std::vector<std::unique_ptr<Arena>> arenas_;
+  Arena* last_arena_ = nullptr;  // most streams use one arena over and over
+  std::vector<std::unique_ptr<Chunk[]>> chunk_slabs_;
+  Chunk* spare_chunks_ = nullptr;
+};
+
+// The limit from GPUMEM_GPU_MEMORY_LIMIT for a pool on a device with device_total bytes (0 for
+// host memory, where percentages do not apply): 0 if unset. Throws on a value it cannot read.
+uint64_t limit_from_environment(uint64_t device_total);
+// Parses "1073741824", "8GiB", "512MB", "50%" (of device_total).
+uint64_t parse_limit(const char* text, uint64_t device_total);
+
+}  // namespace gpumem::pool
