@@ -19,6 +19,19 @@ struct gpumem_allocator_s {
 
 namespace gpumem::alloc {
 
+// Hash for addresses as map keys: they are aligned (to 512 bytes or more), so the identity hash
+// that std::hash gives would fill one bucket in 512 of a power-of-two table.
+struct AddressHash {
+  size_t operator()(uintptr_t p) const noexcept {
+    uint64_t x = p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return static_cast<size_t>(x);
+  }
+  size_t operator()(const void* p) const noexcept { return (*this)(reinterpret_cast<uintptr_t>(p)); }
+};
+
 // Counters behind gpumem_allocator_stats_t, kept under the allocator's own lock.
 struct Stats {
   uint64_t in_use = 0, peak_in_use = 0, requested = 0, reserved = 0, peak_reserved = 0;

@@ -65,7 +65,7 @@ void RawAllocator::live(uint64_t& count, uint64_t& bytes) {
 }
 
 void RawAllocator::free_all_live() {
-  tsl::robin_map<void*, size_t> all;
+  tsl::robin_map<void*, size_t, AddressHash> all;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     all.swap(live_);

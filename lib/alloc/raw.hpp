@@ -25,7 +25,7 @@ class RawAllocator : public Allocator {
   virtual void raw_free(void* p, size_t size, gpumem_stream_t stream) = 0;
 
  private:
-  tsl::robin_map<void*, size_t> live_;  // under mutex_
+  tsl::robin_map<void*, size_t, AddressHash> live_;  // under mutex_
 };
 
 // The allocators of allocator.h, one function each; they check their arguments as they are made.

@@ -215,6 +215,7 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
   // Nothing cached fits: grow; when that fails, return cached blocks and retry, then ask the
   // reclaim callbacks and retry once more.
   std::string why;
+  bool reclaimed = false;
   for (int attempt = 0; attempt < 3; ++attempt) {
     if (attempt == 1) {
       std::vector<Block> blocks;
@@ -231,6 +232,7 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
     } else if (attempt == 2) {
       const ReclaimRunner runner = reclaim_runner.load();
       if (!runner) break;
+      reclaimed = true;
       {
         std::lock_guard<std::mutex> lock(mutex_);
         ++stats_.retries;
@@ -254,7 +256,8 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
     std::lock_guard<std::mutex> lock(mutex_);
     ++stats_.ooms;
   }
-  fail_out_of_memory(size, rounded, why);
+  fail_out_of_memory(size, rounded, why + (reclaimed ? "; after returning cached blocks and running the reclaim callbacks"
+                                                      : "; after returning cached blocks"));
 }
 
 void* Pool::grow(Arena*& arena, size_t size, size_t rounded, gpumem_stream_t stream, bool& over_limit) {
@@ -310,8 +313,8 @@ void Pool::fail_out_of_memory(size_t size, size_t rounded, const std::string& wh
   const std::string where = device() >= 0 ? format("on device %d", device()) : std::string("of host memory");
   const std::string limit_text = limit ? "limit " + grouped(limit) : std::string("no limit");
   throw Error(GPUMEM_ERROR_OUT_OF_MEMORY,
-              format("out of memory allocating %s (rounded to %s) from the pool %s: %s bytes in use, pool holds "
-                     "%s bytes, %s; after releasing cached blocks and reclaiming, refused by %s",
+              format("out of memory allocating %s (rounded to %s) from the pool %s: %s bytes in use, pool holds %s "
+                     "bytes, %s; refused by %s",
                      bytes(size).c_str(), grouped(rounded).c_str(), where.c_str(), grouped(s.in_use).c_str(),
                      grouped(s.reserved).c_str(), limit_text.c_str(), why.c_str()));
 }

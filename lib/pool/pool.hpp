@@ -71,7 +71,7 @@ class Pool final : public alloc::Allocator {
   alloc::Allocator* const upstream_;
   uint64_t limit_;
   uint64_t pending_ = 0;  // bytes being taken from the upstream right now, counted against the limit
-  tsl::robin_map<uintptr_t, Chunk*> in_use_;
+  tsl::robin_map<uintptr_t, Chunk*, alloc::AddressHash> in_use_;
   std::vector<std::unique_ptr<Arena>> arenas_;
   Arena* last_arena_ = nullptr;  // most streams use one arena over and over
   std::vector<std::unique_ptr<Chunk[]>> chunk_slabs_;
