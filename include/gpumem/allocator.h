@@ -79,7 +79,7 @@ typedef struct gpumem_allocator_stats_s {
   uint64_t free_count;           /**< Successful gpumem_free() calls. */
   uint64_t upstream_alloc_count; /**< Allocations made from the upstream. */
   uint64_t upstream_free_count;  /**< Allocations returned to the upstream. */
-  uint64_t retry_count;          /**< Allocations retried after releasing cached memory or reclaiming. */
+  uint64_t retry_count;          /**< Retries of allocations: one after releasing cached memory, one after the reclaim callbacks. */
   uint64_t oom_count;            /**< gpumem_alloc() calls that failed with ::GPUMEM_ERROR_OUT_OF_MEMORY. */
 } gpumem_allocator_stats_t;
 
@@ -100,7 +100,7 @@ typedef struct gpumem_hook_info_s {
   uint32_t event;                /**< One ::gpumem_hook_event. */
   int32_t device;                /**< The allocator's device, or -1 for host memory. */
   gpumem_allocator_t* allocator; /**< The allocator the event is on. */
-  size_t size;                   /**< Bytes asked for (0 in the free events when not known). */
+  size_t size;                   /**< Bytes asked for, in the free events too (0 for a pointer the allocator does not own). */
   size_t mem_size;               /**< Bytes handed out or taken back, after rounding (0 before it is known). */
   void* ptr;                     /**< The memory; NULL before it exists. */
   gpumem_stream_t stream;        /**< The stream of the call. */
@@ -195,8 +195,8 @@ GPUMEM_API gpumem_status_t gpumem_allocator_create_host(size_t alignment, gpumem
  * @param[in] functions The functions and their context; copied.
  * @param[out] out_allocator Receives the allocator; NULL on failure (the context is then not destroyed).
  * @retval GPUMEM_SUCCESS
- * @retval GPUMEM_ERROR_INVALID_ARGUMENT A pointer is NULL, @c struct_size is too small, or
- *         @c alloc or @c free is NULL.
+ * @retval GPUMEM_ERROR_INVALID_ARGUMENT A pointer is NULL, @c struct_size is too small,
+ *         @c alloc or @c free is NULL, or @c device is below -1.
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle. The functions are called
  * from whichever thread allocates or frees, concurrently, and must be thread-safe themselves.
@@ -241,6 +241,8 @@ GPUMEM_API gpumem_status_t gpumem_allocator_destroy_force(gpumem_allocator_t* al
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p out_device is NULL.
  * @retval GPUMEM_ERROR_INVALID_HANDLE
+ * @retval GPUMEM_ERROR_NO_DRIVER With a NULL allocator, which resolves through the current device.
+ * @retval GPUMEM_ERROR_NO_DEVICE
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
@@ -259,6 +261,8 @@ GPUMEM_API gpumem_status_t gpumem_allocator_get_device(gpumem_allocator_t* alloc
  * @retval GPUMEM_ERROR_OUT_OF_MEMORY After every retry; the detail gives the size asked, the bytes
  *         in use, the bytes the pool holds and its limit.
  * @retval GPUMEM_ERROR_INVALID_HANDLE
+ * @retval GPUMEM_ERROR_INVALID_ARGUMENT Also when the device pool, made on first use, meets an unreadable
+ *         `GPUMEM_GPU_MEMORY_LIMIT`.
  * @retval GPUMEM_ERROR_NO_DRIVER
  * @retval GPUMEM_ERROR_NO_DEVICE
  * @retval GPUMEM_ERROR_DRIVER
@@ -281,6 +285,8 @@ GPUMEM_API gpumem_status_t gpumem_alloc(gpumem_allocator_t* allocator, size_t si
  * @retval GPUMEM_ERROR_NOT_OWNED @p ptr did not come from this allocator, or is freed already;
  *         nothing is changed.
  * @retval GPUMEM_ERROR_INVALID_HANDLE
+ * @retval GPUMEM_ERROR_NO_DRIVER With a NULL allocator, which resolves through the current device.
+ * @retval GPUMEM_ERROR_NO_DEVICE
  * @retval GPUMEM_ERROR_DRIVER
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
@@ -356,6 +362,8 @@ GPUMEM_API gpumem_status_t gpumem_allocator_get_thread(gpumem_allocator_t** out_
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p out_stats is NULL or its @c struct_size is not valid.
  * @retval GPUMEM_ERROR_INVALID_HANDLE
+ * @retval GPUMEM_ERROR_NO_DRIVER With a NULL allocator, which resolves through the current device.
+ * @retval GPUMEM_ERROR_NO_DEVICE
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
@@ -368,6 +376,8 @@ GPUMEM_API gpumem_status_t gpumem_allocator_get_stats(gpumem_allocator_t* alloca
  * @param[in] allocator The allocator, or NULL for the current default.
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_HANDLE
+ * @retval GPUMEM_ERROR_NO_DRIVER With a NULL allocator, which resolves through the current device.
+ * @retval GPUMEM_ERROR_NO_DEVICE
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0

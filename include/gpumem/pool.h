@@ -89,7 +89,8 @@ GPUMEM_API gpumem_status_t gpumem_pool_params_init(gpumem_pool_params_t* params,
  *         limits are given, the fraction is outside (0, 1] or the upstream is host memory, or
  *         `GPUMEM_GPU_MEMORY_LIMIT` cannot be read (the detail quotes it).
  * @retval GPUMEM_ERROR_INVALID_HANDLE The upstream is not a live allocator.
- * @retval GPUMEM_ERROR_NO_DRIVER A limit fraction needs the device's memory size.
+ * @retval GPUMEM_ERROR_NO_DRIVER A limit fraction, or a percentage in `GPUMEM_GPU_MEMORY_LIMIT`, needs
+ *         the device's memory size.
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
@@ -103,7 +104,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_create(const gpumem_pool_params_t* params
  * @param[in] device Device index.
  * @param[out] out_pool Receives the pool; NULL on failure.
  * @retval GPUMEM_SUCCESS
- * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p out_pool is NULL.
+ * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p out_pool is NULL, or `GPUMEM_GPU_MEMORY_LIMIT` cannot be read.
  * @retval GPUMEM_ERROR_NO_DRIVER
  * @retval GPUMEM_ERROR_NO_DEVICE
  * @retval GPUMEM_ERROR_INVALID_DEVICE

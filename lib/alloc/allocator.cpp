@@ -31,15 +31,16 @@ void* Allocator::allocate(size_t size, gpumem_stream_t stream) {
 
 void Allocator::deallocate(void* p, gpumem_stream_t stream) {
   if (!hooked(GPUMEM_HOOK_FREE_PRE | GPUMEM_HOOK_FREE_POST)) return do_deallocate(p, stream);
-  const size_t mem_size = size_of(p);
-  run_hooks(GPUMEM_HOOK_FREE_PRE, 0, mem_size, p, stream, GPUMEM_SUCCESS);
+  size_t size = 0, mem_size = 0;
+  sizes_of(p, size, mem_size);
+  run_hooks(GPUMEM_HOOK_FREE_PRE, size, mem_size, p, stream, GPUMEM_SUCCESS);
   try {
     do_deallocate(p, stream);
   } catch (const Error& e) {
-    run_hooks(GPUMEM_HOOK_FREE_POST, 0, mem_size, p, stream, e.status());
+    run_hooks(GPUMEM_HOOK_FREE_POST, size, mem_size, p, stream, e.status());
     throw;
   }
-  run_hooks(GPUMEM_HOOK_FREE_POST, 0, mem_size, p, stream, GPUMEM_SUCCESS);
+  run_hooks(GPUMEM_HOOK_FREE_POST, size, mem_size, p, stream, GPUMEM_SUCCESS);
 }
 
 Stats Allocator::stats() {

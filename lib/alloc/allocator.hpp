@@ -97,8 +97,9 @@ class Allocator : public gpumem_allocator_s {
   // The kind's allocation: returns the memory and sets mem_size to the bytes it accounts.
   virtual void* do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) = 0;
   virtual void do_deallocate(void* p, gpumem_stream_t stream) = 0;
-  // The size an allocation accounts, for the free hooks; 0 if not one of this allocator's.
-  virtual size_t size_of(void* p) = 0;
+  // The sizes of a live allocation, for the free hooks: as asked, and as accounted; 0 if not one
+  // of this allocator's.
+  virtual void sizes_of(void* p, size_t& size, size_t& mem_size) = 0;
 
   bool hooked(uint32_t event) const { return hook_events_.load(std::memory_order_acquire) & event; }
   void run_hooks(uint32_t event, size_t size, size_t mem_size, void* p, gpumem_stream_t stream, gpumem_status_t status);

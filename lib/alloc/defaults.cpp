@@ -82,7 +82,7 @@ Allocator* device_pool(int device) {
   if (Allocator* pool = slot.load(std::memory_order_relaxed)) return pool;
   std::unique_ptr<Allocator> upstream(make_device(device));
   upstream->make_permanent();
-  const uint64_t limit = pool::limit_from_environment(driver::device_total_memory(device));
+  const uint64_t limit = pool::limit_from_environment(driver::device_total_memory, device);
   auto made = std::make_unique<pool::Pool>(upstream.get(), limit);
   upstream.release();
   made->make_permanent();
@@ -129,6 +129,7 @@ void reclaim_remove(uint64_t id) {
   if (it == r.callbacks.end())
     fail(GPUMEM_ERROR_INVALID_ARGUMENT, "no reclaim callback has id %llu", static_cast<unsigned long long>(id));
   r.callbacks.erase(it);
+  if (r.callbacks.empty()) pool::Pool::set_reclaim_runner(nullptr);
 }
 
 }  // namespace gpumem::alloc

@@ -1,6 +1,8 @@
 #include "alloc/raw.hpp"
 
 #include <cstdlib>
+#include <exception>
+#include <vector>
 
 #include "memory/memory.hpp"
 
@@ -52,10 +54,10 @@ void RawAllocator::do_deallocate(void* p, gpumem_stream_t stream) {
   stats_.on_unreserve(size);
 }
 
-size_t RawAllocator::size_of(void* p) {
+void RawAllocator::sizes_of(void* p, size_t& size, size_t& mem_size) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto it = live_.find(p);
-  return it == live_.end() ? 0 : it->second;
+  size = mem_size = it == live_.end() ? 0 : it->second;
 }
 
 void RawAllocator::live(uint64_t& count, uint64_t& bytes) {
@@ -65,12 +67,21 @@ void RawAllocator::live(uint64_t& count, uint64_t& bytes) {
 }
 
 void RawAllocator::free_all_live() {
-  tsl::robin_map<void*, size_t, AddressHash> all;
+  std::vector<void*> all;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    all.swap(live_);
+    for (const auto& entry : live_) all.push_back(entry.first);
   }
-  for (const auto& [p, size] : all) raw_free(p, size, nullptr);
+  // Each through the ordinary free, so statistics and ownership stay right if one fails.
+  std::exception_ptr first;
+  for (void* p : all) {
+    try {
+      do_deallocate(p, nullptr);
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 namespace {

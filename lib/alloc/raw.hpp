@@ -18,7 +18,7 @@ class RawAllocator : public Allocator {
  protected:
   void* do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) override;
   void do_deallocate(void* p, gpumem_stream_t stream) override;
-  size_t size_of(void* p) override;
+  void sizes_of(void* p, size_t& size, size_t& mem_size) override;
 
   // The source: allocate size bytes, or free what raw_alloc gave. Called without the lock.
   virtual void* raw_alloc(size_t size, gpumem_stream_t stream) = 0;

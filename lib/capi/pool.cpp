@@ -61,7 +61,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_create(const gpumem_pool_params_t* params
     if (params->limit_fraction != 0) {
       limit = limit_of_fraction(upstream->device(), params->limit_fraction);
     } else if (!limit && upstream->device() >= 0) {
-      limit = gpumem::pool::limit_from_environment(gpumem::driver::device_total_memory(upstream->device()));
+      limit = gpumem::pool::limit_from_environment(gpumem::driver::device_total_memory, upstream->device());
     }
     *out_pool = new Pool(upstream, limit);
   });

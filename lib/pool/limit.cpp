@@ -28,17 +28,17 @@ constexpr Unit kUnits[] = {
 
 }  // namespace
 
-uint64_t parse_limit(const char* text, uint64_t device_total) {
+uint64_t parse_limit(const char* text, uint64_t (*device_total)(int device), int device) {
   errno = 0;
   char* end = nullptr;
   const double value = std::strtod(text, &end);
-  if (end == text || errno || !std::isfinite(value) || value < 0) unreadable(text, "is not a number");
+  if (end == text || errno || !std::isfinite(value)) unreadable(text, "is not a number");
+  if (value < 0) unreadable(text, "is negative");
   while (*end == ' ') ++end;
   double limit;
   if (std::strcmp(end, "%") == 0) {
     if (value <= 0 || value > 100) unreadable(text, "is not a percentage in (0, 100]");
-    if (device_total == 0) return 0;  // host memory has no device to take a share of
-    limit = static_cast<double>(device_total) * value / 100;
+    limit = static_cast<double>(device_total(device)) * value / 100;
   } else {
     const Unit* unit = nullptr;
     for (const Unit& u : kUnits)
@@ -50,10 +50,10 @@ uint64_t parse_limit(const char* text, uint64_t device_total) {
   return static_cast<uint64_t>(limit);
 }
 
-uint64_t limit_from_environment(uint64_t device_total) {
+uint64_t limit_from_environment(uint64_t (*device_total)(int device), int device) {
   const char* text = std::getenv("GPUMEM_GPU_MEMORY_LIMIT");
   if (!text || !*text) return 0;
-  return parse_limit(text, device_total);
+  return parse_limit(text, device_total, device);
 }
 
 }  // namespace gpumem::pool

@@ -347,10 +347,11 @@ void Pool::do_deallocate(void* p, gpumem_stream_t) {
   insert_free(arena, c);
 }
 
-size_t Pool::size_of(void* p) {
+void Pool::sizes_of(void* p, size_t& size, size_t& mem_size) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto it = in_use_.find(reinterpret_cast<uintptr_t>(p));
-  return it == in_use_.end() ? 0 : it->second->size;
+  size = it == in_use_.end() ? 0 : it->second->requested;
+  mem_size = it == in_use_.end() ? 0 : it->second->size;
 }
 
 void Pool::collect_whole_blocks(Arena& arena, std::vector<Block>& out) {

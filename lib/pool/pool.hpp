@@ -45,7 +45,7 @@ class Pool final : public alloc::Allocator {
  protected:
   void* do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) override;
   void do_deallocate(void* p, gpumem_stream_t stream) override;
-  size_t size_of(void* p) override;
+  void sizes_of(void* p, size_t& size, size_t& mem_size) override;
 
  private:
   struct Chunk;
@@ -78,10 +78,10 @@ class Pool final : public alloc::Allocator {
   Chunk* spare_chunks_ = nullptr;
 };
 
-// The limit from GPUMEM_GPU_MEMORY_LIMIT for a pool on a device with device_total bytes (0 for
-// host memory, where percentages do not apply): 0 if unset. Throws on a value it cannot read.
-uint64_t limit_from_environment(uint64_t device_total);
+// The limit from GPUMEM_GPU_MEMORY_LIMIT, 0 if unset; device_total is asked only for a percentage.
+// Throws on a value it cannot read.
+uint64_t limit_from_environment(uint64_t (*device_total)(int device), int device);
 // Parses "1073741824", "8GiB", "512MB", "50%" (of device_total).
-uint64_t parse_limit(const char* text, uint64_t device_total);
+uint64_t parse_limit(const char* text, uint64_t (*device_total)(int device), int device);
 
 }  // namespace gpumem::pool
