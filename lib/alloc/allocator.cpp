@@ -4,11 +4,45 @@
 
 namespace gpumem::alloc {
 
-Allocator* Allocator::from(gpumem_allocator_t* handle) {
-  if (handle == nullptr || handle->magic != gpumem_allocator_s::kLive)
-    fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem allocator (destroyed, or never created)",
-         static_cast<void*>(handle));
-  return static_cast<Allocator*>(handle);
+namespace {
+struct Shells {
+  std::mutex mutex;
+  std::vector<std::pair<size_t, void*>> spare;  // (size, memory) of destroyed allocators
+};
+Shells& shells() {
+  static Shells* s = new Shells;  // leaked: allocators may be destroyed during process exit
+  return *s;
+}
+}  // namespace
+
+void* Allocator::operator new(size_t size) {
+  {
+    Shells& s = shells();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    for (auto it = s.spare.begin(); it != s.spare.end(); ++it) {
+      if (it->first == size) {
+        void* p = it->second;
+        s.spare.erase(it);
+        return p;
+      }
+    }
+  }
+  return ::operator new(size);
+}
+
+void Allocator::operator delete(void* p, size_t size) noexcept {
+  Shells& s = shells();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  try {
+    s.spare.emplace_back(size, p);
+  } catch (...) {
+    // No room to keep it: it stays allocated, unreachable, rather than be freed under a stale handle.
+  }
+}
+
+void Allocator::refuse(gpumem_allocator_t* handle) {
+  fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem allocator (destroyed, or never created)",
+       static_cast<void*>(handle));
 }
 
 void* Allocator::allocate(size_t size, gpumem_stream_t stream) {
@@ -44,12 +78,12 @@ void Allocator::deallocate(void* p, gpumem_stream_t stream) {
 }
 
 Stats Allocator::stats() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   return stats_;
 }
 
 void Allocator::reset_peaks() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   stats_.peak_in_use = stats_.in_use;
   stats_.peak_reserved = stats_.reserved;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/spin_lock.hpp"
 #include "gpumem/allocator.h"
 
 struct gpumem_allocator_s {
@@ -62,7 +63,14 @@ struct Stats {
 class Allocator : public gpumem_allocator_s {
  public:
   Allocator(int device, const char* kind) : device_(device), kind_(kind) {}
-  virtual ~Allocator() { magic = 0; }
+  virtual ~Allocator() = default;
+
+  // The memory of a destroyed allocator is kept for the next one of the same size, never given
+  // back: a stale handle then still points at readable memory whose mark says "destroyed".
+  static void* operator new(size_t size);
+  static void operator delete(void* p, size_t size) noexcept;
+  // Marks a handle destroyed; destroy calls it before deleting.
+  void mark_destroyed() { *const_cast<volatile uint64_t*>(&magic) = 0; }
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
 
@@ -91,7 +99,11 @@ class Allocator : public gpumem_allocator_s {
   virtual void free_all_live() = 0;
 
   // The allocator behind a handle from C; throws GPUMEM_ERROR_INVALID_HANDLE.
-  static Allocator* from(gpumem_allocator_t* handle);
+  static Allocator* from(gpumem_allocator_t* handle) {
+    if (handle == nullptr || handle->magic != gpumem_allocator_s::kLive) refuse(handle);
+    return static_cast<Allocator*>(handle);
+  }
+  [[noreturn]] static void refuse(gpumem_allocator_t* handle);
 
  protected:
   // The kind's allocation: returns the memory and sets mem_size to the bytes it accounts.
@@ -104,7 +116,7 @@ class Allocator : public gpumem_allocator_s {
   bool hooked(uint32_t event) const { return hook_events_.load(std::memory_order_acquire) & event; }
   void run_hooks(uint32_t event, size_t size, size_t mem_size, void* p, gpumem_stream_t stream, gpumem_status_t status);
 
-  std::mutex mutex_;  // guards stats_ and the kind's own state
+  SpinLock mutex_;  // guards stats_ and the kind's own state; never held across a call out of gpumem
   Stats stats_;
 
  private:

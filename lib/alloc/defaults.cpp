@@ -22,8 +22,9 @@ struct Defaults {
 // Leaked on purpose: memory may be freed through the defaults during process exit.
 Defaults& defaults(int device) {
   static Defaults* d = [] {
+    const int devices = driver::device_count();  // may throw: before anything is made
     auto* made = new Defaults;
-    made->devices = driver::device_count();
+    made->devices = devices;
     made->pools = std::make_unique<std::atomic<Allocator*>[]>(static_cast<size_t>(made->devices));
     made->defaults = std::make_unique<std::atomic<Allocator*>[]>(static_cast<size_t>(made->devices));
     return made;
@@ -68,8 +69,7 @@ void run_reclaim(int device, size_t size) {
 
 }  // namespace
 
-Allocator* resolve(gpumem_allocator_t* handle) {
-  if (handle) return Allocator::from(handle);
+Allocator* current_default() {
   if (thread_override.allocator) return thread_override.allocator;
   return get_default(driver::current_device());
 }

@@ -8,7 +8,8 @@
 namespace gpumem::alloc {
 
 // The allocator behind a handle, NULL resolved to the current default.
-Allocator* resolve(gpumem_allocator_t* handle);
+Allocator* current_default();
+inline Allocator* resolve(gpumem_allocator_t* handle) { return handle ? Allocator::from(handle) : current_default(); }
 
 Allocator* device_pool(int device);
 void set_default(int device, Allocator* allocator);  // NULL: back to the device pool

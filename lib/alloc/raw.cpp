@@ -1,6 +1,7 @@
 #include "alloc/raw.hpp"
 
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <vector>
 
@@ -14,13 +15,13 @@ void* RawAllocator::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem
     p = raw_alloc(size, stream);
   } catch (const Error& e) {
     if (e.status() == GPUMEM_ERROR_OUT_OF_MEMORY) {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<SpinLock> lock(mutex_);
       ++stats_.ooms;
     }
     throw;
   }
   try {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(mutex_);
     live_.emplace(p, size);
     stats_.on_alloc(size, size);
     stats_.on_reserve(size);
@@ -35,7 +36,7 @@ void* RawAllocator::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem
 void RawAllocator::do_deallocate(void* p, gpumem_stream_t stream) {
   size_t size = 0;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(mutex_);
     const auto it = live_.find(p);
     if (it == live_.end())
       fail(GPUMEM_ERROR_NOT_OWNED, "%p was not allocated by this %s allocator, or is freed already", p, kind());
@@ -45,23 +46,23 @@ void RawAllocator::do_deallocate(void* p, gpumem_stream_t stream) {
   try {
     raw_free(p, size, stream);
   } catch (...) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(mutex_);
     live_.emplace(p, size);  // the source kept it: so does the allocator
     throw;
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   stats_.on_free(size, size);
   stats_.on_unreserve(size);
 }
 
 void RawAllocator::sizes_of(void* p, size_t& size, size_t& mem_size) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   const auto it = live_.find(p);
   size = mem_size = it == live_.end() ? 0 : it->second;
 }
 
 void RawAllocator::live(uint64_t& count, uint64_t& bytes) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   count = live_.size();
   bytes = stats_.in_use;
 }
@@ -69,7 +70,7 @@ void RawAllocator::live(uint64_t& count, uint64_t& bytes) {
 void RawAllocator::free_all_live() {
   std::vector<void*> all;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(mutex_);
     for (const auto& entry : live_) all.push_back(entry.first);
   }
   // Each through the ordinary free, so statistics and ownership stay right if one fails.
@@ -155,6 +156,11 @@ class HostAllocator final : public RawAllocator {
   size_t alignment_;
 };
 
+// A caller's function may return anything; what is not a gpumem error becomes an invalid argument.
+gpumem_status_t known(gpumem_status_t st) {
+  return std::strcmp(status_name(st), "GPUMEM_UNKNOWN_STATUS") == 0 ? GPUMEM_ERROR_INVALID_ARGUMENT : st;
+}
+
 class FunctionsAllocator final : public RawAllocator {
  public:
   explicit FunctionsAllocator(const gpumem_allocator_functions_t& f) : RawAllocator(f.device, "caller's"), f_(f) {}
@@ -167,7 +173,7 @@ class FunctionsAllocator final : public RawAllocator {
     void* p = nullptr;
     const gpumem_status_t st = f_.alloc(f_.context, size, device(), stream, &p);
     if (st != GPUMEM_SUCCESS)
-      fail(st, "the caller's alloc function returned %s for %s", status_name(st), bytes(size).c_str());
+      fail(known(st), "the caller's alloc function returned %s (%d) for %s", status_name(st), st, bytes(size).c_str());
     if (!p)
       fail(GPUMEM_ERROR_OUT_OF_MEMORY, "the caller's alloc function returned success but no memory for %s",
            bytes(size).c_str());
@@ -175,7 +181,8 @@ class FunctionsAllocator final : public RawAllocator {
   }
   void raw_free(void* p, size_t size, gpumem_stream_t stream) override {
     const gpumem_status_t st = f_.free(f_.context, p, size, device(), stream);
-    if (st != GPUMEM_SUCCESS) fail(st, "the caller's free function returned %s for %p", status_name(st), p);
+    if (st != GPUMEM_SUCCESS)
+      fail(known(st), "the caller's free function returned %s (%d) for %p", status_name(st), st, p);
   }
 
  private:

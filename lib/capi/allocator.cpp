@@ -38,6 +38,7 @@ void destroy(gpumem_allocator_t* handle, bool force) {
                  static_cast<void*>(handle), static_cast<unsigned long long>(count), count == 1 ? "" : "s",
                  gpumem::grouped(bytes).c_str());
   if (count) a->free_all_live();
+  a->mark_destroyed();
   delete a;
 }
 

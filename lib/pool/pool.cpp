@@ -48,6 +48,7 @@ struct Pool::Chunk {
   Chunk* free_prev;  // in its class's free list
   Chunk* free_next;
   Arena* arena;
+  int cls;  // its size class while free
   bool in_use;
 };
 
@@ -84,7 +85,7 @@ Pool::Pool(alloc::Allocator* upstream, uint64_t limit)
 Pool::~Pool() {
   std::vector<Block> blocks;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(mutex_);
     for (auto& arena : arenas_) collect_whole_blocks(*arena, blocks);
   }
   try {
@@ -128,7 +129,7 @@ Pool::Arena& Pool::arena_for(gpumem_stream_t stream) {
 }
 
 void Pool::insert_free(Arena& arena, Chunk* c) {
-  const int cls = size_class(c->size);
+  const int cls = c->cls = size_class(c->size);
   c->free_prev = nullptr;
   c->free_next = arena.heads[cls];
   if (c->free_next) c->free_next->free_prev = c;
@@ -140,7 +141,7 @@ void Pool::insert_free(Arena& arena, Chunk* c) {
 }
 
 void Pool::remove_free(Arena& arena, Chunk* c) {
-  const int cls = size_class(c->size);
+  const int cls = c->cls;
   if (c->free_prev) {
     c->free_prev->free_next = c->free_next;
   } else {
@@ -171,10 +172,19 @@ Pool::Chunk* Pool::take(Arena& arena, size_t rounded) {
     if (higher < 0) return nullptr;
     best = arena.heads[higher];
   }
-  Chunk* rest = best->size > rounded ? new_chunk() : nullptr;  // before any change: it may throw
+  Chunk* rest = nullptr;
+  if (best->size > rounded) {  // the remainder is made and registered before any change: both may throw
+    rest = new_chunk();
+    rest->ptr = best->ptr + rounded;
+    try {
+      chunks_.emplace(rest->ptr, rest);
+    } catch (...) {
+      delete_chunk(rest);
+      throw;
+    }
+  }
   remove_free(arena, best);
   if (rest) {
-    rest->ptr = best->ptr + rounded;
     rest->size = best->size - rounded;
     rest->prev = best;
     rest->next = best->next;
@@ -190,13 +200,7 @@ Pool::Chunk* Pool::take(Arena& arena, size_t rounded) {
 void* Pool::hand_out(Chunk* c, size_t size) {
   c->in_use = true;
   c->requested = size;
-  try {
-    in_use_.emplace(c->ptr, c);
-  } catch (...) {
-    c->in_use = false;
-    insert_free(*c->arena, c);  // still a whole chunk: back where it was
-    throw;
-  }
+  ++live_count_;
   stats_.on_alloc(c->size, size);
   return reinterpret_cast<void*>(c->ptr);
 }
@@ -208,7 +212,7 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
   mem_size = rounded;
   Arena* arena;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(mutex_);
     arena = &arena_for(stream);
     if (Chunk* c = take(*arena, rounded)) return hand_out(c, size);
   }
@@ -220,7 +224,7 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
     if (attempt == 1) {
       std::vector<Block> blocks;
       {
-        std::lock_guard<std::mutex> lock(mutex_);
+        std::lock_guard<SpinLock> lock(mutex_);
         ++stats_.retries;
         for (auto& a : arenas_) collect_whole_blocks(*a, blocks);
       }
@@ -234,13 +238,13 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
       if (!runner) break;
       reclaimed = true;
       {
-        std::lock_guard<std::mutex> lock(mutex_);
+        std::lock_guard<SpinLock> lock(mutex_);
         ++stats_.retries;
       }
       runner(device(), size);
     }
     if (attempt > 0) {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<SpinLock> lock(mutex_);
       if (Chunk* c = take(*arena, rounded)) return hand_out(c, size);
     }
     bool over_limit = false;
@@ -253,16 +257,17 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
     }
   }
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(mutex_);
     ++stats_.ooms;
   }
-  fail_out_of_memory(size, rounded, why + (reclaimed ? "; after returning cached blocks and running the reclaim callbacks"
-                                                      : "; after returning cached blocks"));
+  fail_out_of_memory(size, rounded,
+                     why + (reclaimed ? "; after returning cached blocks and running the reclaim callbacks"
+                                      : "; after returning cached blocks"));
 }
 
 void* Pool::grow(Arena*& arena, size_t size, size_t rounded, gpumem_stream_t stream, bool& over_limit) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(mutex_);
     if (limit_ && (stats_.reserved + pending_ + rounded > limit_ || rounded > limit_)) {
       over_limit = true;
       return nullptr;
@@ -276,7 +281,7 @@ void* Pool::grow(Arena*& arena, size_t size, size_t rounded, gpumem_stream_t str
     block = upstream_->allocate(rounded, stream);
   } catch (const Error& e) {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<SpinLock> lock(mutex_);
       pending_ -= rounded;
     }
     if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_POST))
@@ -285,12 +290,14 @@ void* Pool::grow(Arena*& arena, size_t size, size_t rounded, gpumem_stream_t str
   }
   if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_POST))
     run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_POST, rounded, rounded, block, stream, GPUMEM_SUCCESS);
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::unique_lock<SpinLock> lock(mutex_);
   pending_ -= rounded;
-  Chunk* c;
+  Chunk* c = nullptr;
   try {
     c = new_chunk();
+    chunks_.emplace(reinterpret_cast<uintptr_t>(block), c);
   } catch (...) {
+    if (c) delete_chunk(c);
     lock.unlock();
     upstream_->deallocate(block, stream);
     throw;
@@ -306,7 +313,7 @@ void Pool::fail_out_of_memory(size_t size, size_t rounded, const std::string& wh
   alloc::Stats s;
   uint64_t limit;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(mutex_);
     s = stats_;
     limit = limit_;
   }
@@ -320,12 +327,12 @@ void Pool::fail_out_of_memory(size_t size, size_t rounded, const std::string& wh
 }
 
 void Pool::do_deallocate(void* p, gpumem_stream_t) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const auto it = in_use_.find(reinterpret_cast<uintptr_t>(p));
-  if (it == in_use_.end())
+  std::lock_guard<SpinLock> lock(mutex_);
+  const auto it = chunks_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == chunks_.end() || !it->second->in_use)
     fail(GPUMEM_ERROR_NOT_OWNED, "%p was not allocated by this pool, or is freed already (out-of-pool memory)", p);
   Chunk* c = it->second;
-  in_use_.erase(it);
+  --live_count_;
   stats_.on_free(c->size, c->requested);
   c->in_use = false;
   Arena& arena = *c->arena;
@@ -334,6 +341,7 @@ void Pool::do_deallocate(void* p, gpumem_stream_t) {
     c->size += n->size;
     c->next = n->next;
     if (c->next) c->next->prev = c;
+    chunks_.erase(n->ptr);
     delete_chunk(n);
   }
   if (Chunk* pv = c->prev; pv && !pv->in_use) {
@@ -341,6 +349,7 @@ void Pool::do_deallocate(void* p, gpumem_stream_t) {
     pv->size += c->size;
     pv->next = c->next;
     if (pv->next) pv->next->prev = pv;
+    chunks_.erase(c->ptr);
     delete_chunk(c);
     c = pv;
   }
@@ -348,10 +357,11 @@ void Pool::do_deallocate(void* p, gpumem_stream_t) {
 }
 
 void Pool::sizes_of(void* p, size_t& size, size_t& mem_size) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const auto it = in_use_.find(reinterpret_cast<uintptr_t>(p));
-  size = it == in_use_.end() ? 0 : it->second->requested;
-  mem_size = it == in_use_.end() ? 0 : it->second->size;
+  std::lock_guard<SpinLock> lock(mutex_);
+  const auto it = chunks_.find(reinterpret_cast<uintptr_t>(p));
+  const bool live = it != chunks_.end() && it->second->in_use;
+  size = live ? it->second->requested : 0;
+  mem_size = live ? it->second->size : 0;
 }
 
 void Pool::collect_whole_blocks(Arena& arena, std::vector<Block>& out) {
@@ -364,6 +374,7 @@ void Pool::collect_whole_blocks(Arena& arena, std::vector<Block>& out) {
         if (!c->prev && !c->next) {
           remove_free(arena, c);
           out.push_back(Block{c->ptr, c->size, &arena});
+          chunks_.erase(c->ptr);
           delete_chunk(c);
         }
         c = next;
@@ -377,16 +388,17 @@ void Pool::give_back(std::vector<Block>& blocks) {
   for (const Block& b : blocks) {
     try {
       upstream_->deallocate(reinterpret_cast<void*>(b.ptr), b.arena->stream);
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<SpinLock> lock(mutex_);
       stats_.on_unreserve(b.size);
     } catch (...) {
       if (!first) first = std::current_exception();
       // Still the pool's: cache it again rather than lose track of it.
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<SpinLock> lock(mutex_);
       Chunk* c = new_chunk();
       c->ptr = b.ptr;
       c->size = b.size;
       c->arena = b.arena;
+      chunks_.emplace(c->ptr, c);
       insert_free(*b.arena, c);
     }
   }
@@ -396,7 +408,7 @@ void Pool::give_back(std::vector<Block>& blocks) {
 void Pool::release(gpumem_stream_t stream, bool all_streams) {
   std::vector<Block> blocks;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<SpinLock> lock(mutex_);
     const uintptr_t key = stream_key(stream);
     for (auto& arena : arenas_)
       if (all_streams || arena->key == key) collect_whole_blocks(*arena, blocks);
@@ -405,7 +417,7 @@ void Pool::release(gpumem_stream_t stream, bool all_streams) {
 }
 
 Info Pool::info() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   Info i;
   i.used = stats_.in_use;
   i.total = stats_.reserved;
@@ -419,28 +431,29 @@ Info Pool::info() {
 }
 
 void Pool::set_limit(uint64_t limit) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   limit_ = limit;
 }
 
 void Pool::live(uint64_t& count, uint64_t& bytes) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  count = in_use_.size();
+  std::lock_guard<SpinLock> lock(mutex_);
+  count = live_count_;
   bytes = stats_.in_use;
 }
 
 void Pool::free_all_live() {
   std::vector<uintptr_t> live;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    live.reserve(in_use_.size());
-    for (const auto& [ptr, chunk] : in_use_) live.push_back(ptr);
+    std::lock_guard<SpinLock> lock(mutex_);
+    live.reserve(live_count_);
+    for (const auto& [ptr, chunk] : chunks_)
+      if (chunk->in_use) live.push_back(ptr);
   }
   for (uintptr_t p : live) do_deallocate(reinterpret_cast<void*>(p), nullptr);
 }
 
 void Pool::check_invariants() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   const auto broken = [](const char* what) { fail(GPUMEM_ERROR_INTERNAL, "pool invariant broken: %s", what); };
   uint64_t free_total = 0, used_total = 0, requested_total = 0, block_total = 0;
   std::vector<Chunk*> starts;
@@ -454,7 +467,7 @@ void Pool::check_invariants() {
         if (c->arena != arena.get()) broken("a free chunk is listed in another arena");
         if (size_class(c->size) != cls) broken("a free chunk is in the wrong class");
         if (c->free_next && c->free_next->free_prev != c) broken("a free list's back link is wrong");
-        if (!c->prev) starts.push_back(c);
+        if (chunks_.count(c->ptr) == 0 || chunks_.at(c->ptr) != c) broken("a free chunk is not in the chunk map");
         ++blocks;
         bytes_free += c->size;
       }
@@ -464,14 +477,25 @@ void Pool::check_invariants() {
     if (blocks != arena->free_blocks || bytes_free != arena->free_bytes) broken("an arena's free counts are wrong");
     free_total += bytes_free;
   }
-  for (const auto& [ptr, c] : in_use_) {
-    if (!c->in_use || c->ptr != ptr) broken("the in-use map disagrees with its chunk");
-    used_total += c->size;
-    requested_total += c->requested;
+  uint64_t live = 0, free_chunks = 0, walked = 0;
+  for (const auto& [ptr, c] : chunks_) {
+    if (c->ptr != ptr) broken("the chunk map disagrees with its chunk");
+    if (c->in_use) {
+      ++live;
+      used_total += c->size;
+      requested_total += c->requested;
+    } else {
+      ++free_chunks;
+    }
     if (!c->prev) starts.push_back(c);
   }
+  uint64_t listed = 0;
+  for (auto& arena : arenas_) listed += arena->free_blocks;
+  if (live != live_count_) broken("the count of live allocations is wrong");
+  if (free_chunks != listed) broken("a free chunk is missing from the free lists");
   for (Chunk* c : starts) {
     for (; c; c = c->next) {
+      ++walked;
       if (c->size == 0 || c->size % kRound) broken("a chunk's size is not a positive multiple of the rounding");
       block_total += c->size;
       if (c->next) {
@@ -482,6 +506,7 @@ void Pool::check_invariants() {
       }
     }
   }
+  if (walked != chunks_.size()) broken("a chunk is in the map but in no block");
   if (used_total != stats_.in_use) broken("bytes in use disagree with the statistics");
   if (requested_total != stats_.requested) broken("bytes requested disagree with the statistics");
   if (block_total != stats_.reserved) broken("bytes held disagree with the upstream blocks");

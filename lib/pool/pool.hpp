@@ -71,7 +71,10 @@ class Pool final : public alloc::Allocator {
   alloc::Allocator* const upstream_;
   uint64_t limit_;
   uint64_t pending_ = 0;  // bytes being taken from the upstream right now, counted against the limit
-  tsl::robin_map<uintptr_t, Chunk*, alloc::AddressHash> in_use_;
+  // Every chunk, free or in use, by address: a chunk enters when a block arrives or is split and
+  // leaves when it is merged or returned, so a cached allocation and its free touch no map entry.
+  tsl::robin_map<uintptr_t, Chunk*, alloc::AddressHash> chunks_;
+  uint64_t live_count_ = 0;
   std::vector<std::unique_ptr<Arena>> arenas_;
   Arena* last_arena_ = nullptr;  // most streams use one arena over and over
   std::vector<std::unique_ptr<Chunk[]>> chunk_slabs_;
