@@ -169,8 +169,14 @@ Pool::Chunk* Pool::take(Arena& arena, size_t rounded) {
   if (!best) {
     // Every chunk of a higher class fits; the head of the lowest is the best-fitting class.
     const int higher = arena.find_from(cls + 1);
-    if (higher < 0) return nullptr;
-    best = arena.heads[higher];
+    if (higher >= 0) {
+      best = arena.heads[higher];
+    } else {
+      // Nothing bigger: a fitting chunk may still lie deeper in the request's own class.
+      for (Chunk* c = arena.heads[cls]; c; c = c->free_next)
+        if (c->size >= rounded && (!best || c->size < best->size)) best = c;
+      if (!best) return nullptr;
+    }
   }
   Chunk* rest = nullptr;
   if (best->size > rounded) {  // the remainder is made and registered before any change: both may throw
