@@ -257,12 +257,11 @@ GPUMEM_API gpumem_status_t gpumem_allocator_get_device(gpumem_allocator_t* alloc
  *            stream-ordered allocator allocates on it; others ignore it.
  * @param[out] out_ptr Receives the memory; NULL on failure.
  * @retval GPUMEM_SUCCESS
- * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p out_ptr is NULL, @p size is 0, or @p size overflows rounding.
+ * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p out_ptr is NULL, @p size is 0, @p size overflows rounding, or
+ *         the device pool, made on first use, meets an unreadable `GPUMEM_GPU_MEMORY_LIMIT`.
  * @retval GPUMEM_ERROR_OUT_OF_MEMORY After every retry; the detail gives the size asked, the bytes
  *         in use, the bytes the pool holds and its limit.
  * @retval GPUMEM_ERROR_INVALID_HANDLE
- * @retval GPUMEM_ERROR_INVALID_ARGUMENT Also when the device pool, made on first use, meets an unreadable
- *         `GPUMEM_GPU_MEMORY_LIMIT`.
  * @retval GPUMEM_ERROR_NO_DRIVER
  * @retval GPUMEM_ERROR_NO_DEVICE
  * @retval GPUMEM_ERROR_DRIVER
