@@ -48,7 +48,7 @@ struct Pool::Chunk {
   Chunk* free_prev;  // in its class's free list
   Chunk* free_next;
   Arena* arena;
-  int cls;  // its size class while free
+  int cls;  // the size class of its size (kept while in use, for the free)
   bool in_use;
 };
 
@@ -119,6 +119,8 @@ void Pool::delete_chunk(Chunk* c) {
 }
 
 Pool::Arena& Pool::arena_for(gpumem_stream_t stream) {
+  // The per-thread stream's key differs by thread, so only other streams can skip the key.
+  if (last_arena_ && stream == last_arena_->stream && stream != GPUMEM_STREAM_PER_THREAD) return *last_arena_;
   const uintptr_t key = stream_key(stream);
   if (last_arena_ && last_arena_->key == key) return *last_arena_;
   for (auto& arena : arenas_)
@@ -128,8 +130,8 @@ Pool::Arena& Pool::arena_for(gpumem_stream_t stream) {
   return *(last_arena_ = arenas_.back().get());
 }
 
-void Pool::insert_free(Arena& arena, Chunk* c) {
-  const int cls = c->cls = size_class(c->size);
+void Pool::insert_free(Arena& arena, Chunk* c, int cls) {
+  c->cls = cls;
   c->free_prev = nullptr;
   c->free_next = arena.heads[cls];
   if (c->free_next) c->free_next->free_prev = c;
@@ -158,9 +160,9 @@ void Pool::remove_free(Arena& arena, Chunk* c) {
 
 Pool::Chunk* Pool::take(Arena& arena, size_t rounded) {
   const int cls = size_class(rounded);
-  Chunk* best = nullptr;
+  Chunk* best = cls < kExactClasses ? arena.heads[cls] : nullptr;  // an exact class holds one size
   int scanned = 0;
-  for (Chunk* c = arena.heads[cls]; c && scanned < kScan; c = c->free_next, ++scanned) {
+  for (Chunk* c = best ? nullptr : arena.heads[cls]; c && scanned < kScan; c = c->free_next, ++scanned) {
     if (c->size >= rounded && (!best || c->size < best->size)) {
       best = c;
       if (c->size == rounded) break;
@@ -198,8 +200,9 @@ Pool::Chunk* Pool::take(Arena& arena, size_t rounded) {
     rest->arena = &arena;
     best->next = rest;
     best->size = rounded;
-    insert_free(arena, rest);
+    insert_free(arena, rest, size_class(rest->size));
   }
+  best->cls = cls;  // its size is now the request's: the class to free it into
   return best;
 }
 
@@ -311,6 +314,7 @@ void* Pool::grow(Arena*& arena, size_t size, size_t rounded, gpumem_stream_t str
   stats_.on_reserve(rounded);
   c->ptr = reinterpret_cast<uintptr_t>(block);
   c->size = rounded;
+  c->cls = size_class(rounded);
   c->arena = arena;
   return hand_out(c, size);
 }
@@ -342,7 +346,9 @@ void Pool::do_deallocate(void* p, gpumem_stream_t) {
   stats_.on_free(c->size, c->requested);
   c->in_use = false;
   Arena& arena = *c->arena;
+  bool merged = false;
   if (Chunk* n = c->next; n && !n->in_use) {
+    merged = true;
     remove_free(arena, n);
     c->size += n->size;
     c->next = n->next;
@@ -351,6 +357,7 @@ void Pool::do_deallocate(void* p, gpumem_stream_t) {
     delete_chunk(n);
   }
   if (Chunk* pv = c->prev; pv && !pv->in_use) {
+    merged = true;
     remove_free(arena, pv);
     pv->size += c->size;
     pv->next = c->next;
@@ -359,7 +366,7 @@ void Pool::do_deallocate(void* p, gpumem_stream_t) {
     delete_chunk(c);
     c = pv;
   }
-  insert_free(arena, c);
+  insert_free(arena, c, merged ? size_class(c->size) : c->cls);
 }
 
 void Pool::sizes_of(void* p, size_t& size, size_t& mem_size) {
@@ -405,7 +412,7 @@ void Pool::give_back(std::vector<Block>& blocks) {
       c->size = b.size;
       c->arena = b.arena;
       chunks_.emplace(c->ptr, c);
-      insert_free(*b.arena, c);
+      insert_free(*b.arena, c, size_class(c->size));
     }
   }
   if (first) std::rethrow_exception(first);
@@ -487,6 +494,7 @@ void Pool::check_invariants() {
   for (const auto& [ptr, c] : chunks_) {
     if (c->ptr != ptr) broken("the chunk map disagrees with its chunk");
     if (c->in_use) {
+      if (c->cls != size_class(c->size)) broken("a chunk in use has a stale size class");
       ++live;
       used_total += c->size;
       requested_total += c->requested;

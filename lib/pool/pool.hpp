@@ -59,7 +59,7 @@ class Pool final : public alloc::Allocator {
   Arena& arena_for(gpumem_stream_t stream);   // under mutex_
   Chunk* take(Arena& arena, size_t rounded);  // under mutex_: a free chunk of at least rounded, split to fit
   void* hand_out(Chunk* chunk, size_t size);  // under mutex_
-  void insert_free(Arena& arena, Chunk* chunk);
+  void insert_free(Arena& arena, Chunk* chunk, int size_class);
   void remove_free(Arena& arena, Chunk* chunk);
   Chunk* new_chunk();
   void delete_chunk(Chunk* chunk);
