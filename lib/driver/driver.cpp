@@ -211,11 +211,12 @@ CUcontext primary_context(int device) {
 
 int current_device() {
   const Api& a = device_api();
-  CUcontext ctx = nullptr;
-  if (a.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return 0;
+  // One driver call on the common path: it fails only when no context is current.
   CUdevice dev = 0;
-  check(a.cuCtxGetDevice(&dev), "cuCtxGetDevice");
-  return dev;
+  const CUresult r = a.cuCtxGetDevice(&dev);
+  if (r == CUDA_SUCCESS) return dev;
+  if (r == CUDA_ERROR_INVALID_CONTEXT) return 0;
+  throw_result(r, "cuCtxGetDevice (the device of the current context)");
 }
 
 CUcontext current_context() {
