@@ -214,6 +214,7 @@ GPUMEM_API gpumem_status_t gpumem_allocator_create_functions(const gpumem_alloca
  * @retval GPUMEM_ERROR_BUSY It has live allocations (the detail gives their count and bytes; free
  *         them, or use gpumem_allocator_destroy_force()), it is the upstream of a pool, it is a
  *         default or a thread's override, or it is a device pool, which lives as long as the process.
+ * @retval GPUMEM_ERROR_DRIVER A pool's upstream refused a cached block back; the pool stays, holding it.
  * @par Thread safety
  * Per handle: concurrent calls on different handles; one handle is serialized by the caller.
  * @since 0.1.0
@@ -228,6 +229,8 @@ GPUMEM_API gpumem_status_t gpumem_allocator_destroy(gpumem_allocator_t* allocato
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_HANDLE
  * @retval GPUMEM_ERROR_BUSY It is the upstream of a pool, a default, a thread's override, or a device pool.
+ * @retval GPUMEM_ERROR_DRIVER Freeing a live allocation failed (a caller's allocator may fail with its
+ *         own status); that allocation stays live and the allocator is not destroyed.
  * @par Thread safety
  * Per handle: concurrent calls on different handles; one handle is serialized by the caller.
  * @since 0.1.0
@@ -298,7 +301,9 @@ GPUMEM_API gpumem_status_t gpumem_free(gpumem_allocator_t* allocator, void* ptr,
  *        threads without an override, when that device is current.
  *
  * A thread's override, if it has one, keeps precedence on that thread: setting the process
- * default is always allowed and takes effect there once the override is removed.
+ * default is always allowed and takes effect there once the override is removed. The replaced
+ * default may be destroyed once no call through a NULL allocator that may have resolved to it is
+ * still running on another thread; gpumem does not track those calls.
  * @param[in] device Device index.
  * @param[in] allocator The new default, or NULL for the device's pool (gpumem_pool_get_device()).
  * @retval GPUMEM_SUCCESS
@@ -402,7 +407,8 @@ GPUMEM_API gpumem_status_t gpumem_allocator_add_hook(gpumem_allocator_t* allocat
                                                      gpumem_hook_fn hook, void* user_data, uint64_t* out_hook_id);
 
 /**
- * @brief Removes a hook.
+ * @brief Removes a hook. A call already in progress on another thread may still run it: keep its
+ *        @c user_data valid until such calls have ended.
  * @param[in] allocator The allocator it was added to.
  * @param[in] hook_id What gpumem_allocator_add_hook() gave.
  * @retval GPUMEM_SUCCESS

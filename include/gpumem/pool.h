@@ -123,7 +123,9 @@ GPUMEM_API gpumem_status_t gpumem_pool_get_device(int32_t device, gpumem_allocat
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p flags has an unknown bit.
  * @retval GPUMEM_ERROR_INVALID_HANDLE @p pool is not a live pool.
- * @retval GPUMEM_ERROR_DRIVER The upstream failed to free a block, which stays cached.
+ * @retval GPUMEM_ERROR_DRIVER The upstream failed to free a block, which stays cached (a caller's
+ *         upstream may fail with its own status instead); the other blocks are still returned.
+ * @retval GPUMEM_ERROR_OUT_OF_MEMORY No host memory to list the blocks; nothing is returned.
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
@@ -185,7 +187,8 @@ GPUMEM_API gpumem_status_t gpumem_pool_set_limit_fraction(gpumem_allocator_t* po
 GPUMEM_API gpumem_status_t gpumem_reclaim_add(gpumem_reclaim_fn reclaim, void* user_data, uint64_t* out_id);
 
 /**
- * @brief Removes a reclaim callback.
+ * @brief Removes a reclaim callback. A pool already running the callbacks on another thread may
+ *        still call it once: keep its @c user_data valid until such calls have ended.
  * @param[in] id What gpumem_reclaim_add() gave.
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT No callback has that id.

@@ -4,41 +4,12 @@
 
 namespace gpumem::alloc {
 
-namespace {
-struct Shells {
-  std::mutex mutex;
-  std::vector<std::pair<size_t, void*>> spare;  // (size, memory) of destroyed allocators
-};
-Shells& shells() {
-  static Shells* s = new Shells;  // leaked: allocators may be destroyed during process exit
-  return *s;
-}
-}  // namespace
+void* Allocator::operator new(size_t size) { return ::operator new(size); }
 
-void* Allocator::operator new(size_t size) {
-  {
-    Shells& s = shells();
-    std::lock_guard<std::mutex> lock(s.mutex);
-    for (auto it = s.spare.begin(); it != s.spare.end(); ++it) {
-      if (it->first == size) {
-        void* p = it->second;
-        s.spare.erase(it);
-        return p;
-      }
-    }
-  }
-  return ::operator new(size);
-}
-
-void Allocator::operator delete(void* p, size_t size) noexcept {
-  Shells& s = shells();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  try {
-    s.spare.emplace_back(size, p);
-  } catch (...) {
-    // No room to keep it: it stays allocated, unreachable, rather than be freed under a stale handle.
-  }
-}
+// Never freed: a destroyed allocator's memory stays readable and marked destroyed, and is never
+// reused, so a stale handle is refused rather than taken for another allocator. The cost is the
+// object itself (a few hundred bytes) per destroyed allocator; what it held is freed.
+void Allocator::operator delete(void*, size_t) noexcept {}
 
 void Allocator::refuse(gpumem_allocator_t* handle) {
   fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem allocator (destroyed, or never created)",
@@ -109,13 +80,15 @@ void Allocator::remove_hook(uint64_t id) {
 }
 
 void Allocator::run_hooks(uint32_t event, size_t size, size_t mem_size, void* p, gpumem_stream_t stream,
-                          gpumem_status_t status) {
+                          gpumem_status_t status) noexcept {
   // Called without the lock, so a hook may add or remove hooks, or allocate elsewhere.
   std::vector<Hook> hooks;
-  {
+  try {
     std::lock_guard<std::mutex> lock(hooks_mutex_);
     for (const Hook& h : hooks_)
       if (h.events & event) hooks.push_back(h);
+  } catch (...) {
+    return;  // no memory to list them: the call's own outcome matters more than its observers
   }
   gpumem_hook_info_t info{};
   info.struct_size = sizeof info;

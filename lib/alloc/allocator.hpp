@@ -65,8 +65,8 @@ class Allocator : public gpumem_allocator_s {
   Allocator(int device, const char* kind) : device_(device), kind_(kind) {}
   virtual ~Allocator() = default;
 
-  // The memory of a destroyed allocator is kept for the next one of the same size, never given
-  // back: a stale handle then still points at readable memory whose mark says "destroyed".
+  // The memory of a destroyed allocator is never given back nor reused: a stale handle then still
+  // points at readable memory whose mark says "destroyed".
   static void* operator new(size_t size);
   static void operator delete(void* p, size_t size) noexcept;
   // Marks a handle destroyed; destroy calls it before deleting.
@@ -114,7 +114,8 @@ class Allocator : public gpumem_allocator_s {
   virtual void sizes_of(void* p, size_t& size, size_t& mem_size) = 0;
 
   bool hooked(uint32_t event) const { return hook_events_.load(std::memory_order_acquire) & event; }
-  void run_hooks(uint32_t event, size_t size, size_t mem_size, void* p, gpumem_stream_t stream, gpumem_status_t status);
+  void run_hooks(uint32_t event, size_t size, size_t mem_size, void* p, gpumem_stream_t stream,
+                 gpumem_status_t status) noexcept;
 
   SpinLock mutex_;  // guards stats_ and the kind's own state; never held across a call out of gpumem
   Stats stats_;

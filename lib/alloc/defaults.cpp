@@ -38,6 +38,7 @@ struct ThreadOverride {
   Allocator* allocator = nullptr;
   ~ThreadOverride() {
     if (allocator) allocator->unretain();
+    allocator = nullptr;  // a later thread-exit free through NULL must not use it
   }
 };
 thread_local ThreadOverride thread_override;

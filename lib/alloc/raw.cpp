@@ -20,15 +20,20 @@ void* RawAllocator::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem
     }
     throw;
   }
+  bool added;
   try {
     std::lock_guard<SpinLock> lock(mutex_);
-    live_.emplace(p, size);
-    stats_.on_alloc(size, size);
-    stats_.on_reserve(size);
+    added = live_.emplace(p, size).second;
+    if (added) {
+      stats_.on_alloc(size, size);
+      stats_.on_reserve(size);
+    }
   } catch (...) {
     raw_free(p, size, stream);  // no room to remember it: give it back rather than lose it
     throw;
   }
+  // A source handing out what is live already is broken; the live allocation stays its owner's.
+  if (!added) fail(GPUMEM_ERROR_INTERNAL, "the %s allocator's source returned %p, which is already live", kind(), p);
   mem_size = size;
   return p;
 }

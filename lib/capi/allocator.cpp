@@ -2,6 +2,7 @@
 #include "alloc/defaults.hpp"
 #include "alloc/raw.hpp"
 #include "capi/guard.hpp"
+#include "pool/pool.hpp"
 
 using gpumem::require;
 using gpumem::require_out;
@@ -38,6 +39,8 @@ void destroy(gpumem_allocator_t* handle, bool force) {
                  static_cast<void*>(handle), static_cast<unsigned long long>(count), count == 1 ? "" : "s",
                  gpumem::grouped(bytes).c_str());
   if (count) a->free_all_live();
+  // A pool's cache goes back first, so an upstream that refuses a block fails the destroy.
+  if (auto* pool = dynamic_cast<gpumem::pool::Pool*>(a)) pool->release(nullptr, true);
   a->mark_destroyed();
   delete a;
 }
@@ -134,6 +137,7 @@ GPUMEM_API gpumem_status_t gpumem_allocator_get_default(int32_t device, gpumem_a
 GPUMEM_API gpumem_status_t gpumem_allocator_set_thread(gpumem_allocator_t* allocator,
                                                        gpumem_allocator_t** out_previous) {
   return guard([&] {
+    if (out_previous) *out_previous = nullptr;
     Allocator* a = allocator ? Allocator::from(allocator) : nullptr;
     Allocator* previous = gpumem::alloc::set_thread(a);
     if (out_previous) *out_previous = previous;

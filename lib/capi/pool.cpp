@@ -27,7 +27,11 @@ uint64_t limit_of_fraction(int device, double fraction) {
   if (!(fraction > 0 && fraction <= 1))
     fail(GPUMEM_ERROR_INVALID_ARGUMENT, "limit fraction %g is not in (0, 1]", fraction);
   if (device < 0) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "a limit fraction needs a device; this pool holds host memory");
-  return static_cast<uint64_t>(static_cast<double>(gpumem::driver::device_total_memory(device)) * fraction);
+  const auto limit = static_cast<uint64_t>(static_cast<double>(gpumem::driver::device_total_memory(device)) * fraction);
+  if (limit == 0)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "limit fraction %g of device %d's memory is less than a byte", fraction,
+         device);
+  return limit;
 }
 
 }  // namespace

@@ -19,8 +19,8 @@ namespace gpumem {
   X(GPUMEM_ERROR_ALREADY_REGISTERED, "host memory is already registered")              \
   X(GPUMEM_ERROR_STREAM_CAPTURE, "not allowed while a stream is being captured")       \
   X(GPUMEM_ERROR_DRIVER, "CUDA driver error")                                          \
-  X(GPUMEM_ERROR_INTERNAL, "internal error in gpumem")                                   \
-  X(GPUMEM_ERROR_NOT_OWNED, "pointer was not allocated by this allocator")                \
+  X(GPUMEM_ERROR_INTERNAL, "internal error in gpumem")                                 \
+  X(GPUMEM_ERROR_NOT_OWNED, "pointer was not allocated by this allocator")             \
   X(GPUMEM_ERROR_BUSY, "handle is still in use")
 
 const char* status_name(gpumem_status_t status) noexcept {

@@ -15,7 +15,11 @@ class SpinLock {
     while (locked_.exchange(true, std::memory_order_acquire)) {
       for (int spins = 0; locked_.load(std::memory_order_relaxed); ++spins) {
         if (spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
           __builtin_ia32_pause();
+#elif defined(__aarch64__)
+          asm volatile("yield");
+#endif
         } else {
           std::this_thread::yield();
         }

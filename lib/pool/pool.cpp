@@ -86,6 +86,7 @@ Pool::~Pool() {
   std::vector<Block> blocks;
   {
     std::lock_guard<SpinLock> lock(mutex_);
+    reserve_blocks(blocks, nullptr, true);
     for (auto& arena : arenas_) collect_whole_blocks(*arena, blocks);
   }
   try {
@@ -225,6 +226,14 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
     arena = &arena_for(stream);
     if (Chunk* c = take(*arena, rounded)) return hand_out(c, size);
   }
+  bool beyond_limit;
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    beyond_limit = limit_ && rounded > limit_;
+    if (beyond_limit) ++stats_.ooms;
+  }
+  // Nothing could make room for it: refused before the cache is given back.
+  if (beyond_limit) fail_out_of_memory(size, rounded, "the pool's limit, which the request alone exceeds");
   // Nothing cached fits: grow; when that fails, return cached blocks and retry, then ask the
   // reclaim callbacks and retry once more.
   std::string why;
@@ -235,6 +244,7 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
       {
         std::lock_guard<SpinLock> lock(mutex_);
         ++stats_.retries;
+        reserve_blocks(blocks, nullptr, true);
         for (auto& a : arenas_) collect_whole_blocks(*a, blocks);
       }
       try {
@@ -288,13 +298,20 @@ void* Pool::grow(Arena*& arena, size_t size, size_t rounded, gpumem_stream_t str
   void* block = nullptr;
   try {
     block = upstream_->allocate(rounded, stream);
-  } catch (const Error& e) {
+  } catch (...) {
     {
       std::lock_guard<SpinLock> lock(mutex_);
       pending_ -= rounded;
     }
+    gpumem_status_t status = GPUMEM_ERROR_OUT_OF_MEMORY;  // what a bad_alloc means
+    try {
+      throw;
+    } catch (const Error& e) {
+      status = e.status();
+    } catch (...) {
+    }
     if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_POST))
-      run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_POST, rounded, rounded, nullptr, stream, e.status());
+      run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_POST, rounded, rounded, nullptr, stream, status);
     throw;
   }
   if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_POST))
@@ -304,7 +321,12 @@ void* Pool::grow(Arena*& arena, size_t size, size_t rounded, gpumem_stream_t str
   Chunk* c = nullptr;
   try {
     c = new_chunk();
-    chunks_.emplace(reinterpret_cast<uintptr_t>(block), c);
+    if (!chunks_.emplace(reinterpret_cast<uintptr_t>(block), c).second) {
+      delete_chunk(c);
+      lock.unlock();
+      fail(GPUMEM_ERROR_INTERNAL, "the upstream %s allocator returned %p, which the pool already holds",
+           upstream_->kind(), block);
+    }
   } catch (...) {
     if (c) delete_chunk(c);
     lock.unlock();
@@ -378,7 +400,8 @@ void Pool::sizes_of(void* p, size_t& size, size_t& mem_size) {
 }
 
 void Pool::collect_whole_blocks(Arena& arena, std::vector<Block>& out) {
-  out.reserve(out.size() + arena.free_blocks);  // so nothing below can throw
+  // The caller reserved room for every free block of the arenas it collects from, so nothing
+  // below can throw half way.
   for (int w = 0; w < kWords; ++w) {
     for (uint64_t bits = arena.words[w]; bits; bits &= bits - 1) {
       Chunk* c = arena.heads[(w << 6) + __builtin_ctzll(bits)];
@@ -394,6 +417,13 @@ void Pool::collect_whole_blocks(Arena& arena, std::vector<Block>& out) {
       }
     }
   }
+}
+
+void Pool::reserve_blocks(std::vector<Block>& blocks, const uintptr_t* key, bool all_streams) {
+  size_t count = 0;
+  for (auto& arena : arenas_)
+    if (all_streams || arena->key == *key) count += arena->free_blocks;
+  blocks.reserve(count);
 }
 
 void Pool::give_back(std::vector<Block>& blocks) {
@@ -423,6 +453,7 @@ void Pool::release(gpumem_stream_t stream, bool all_streams) {
   {
     std::lock_guard<SpinLock> lock(mutex_);
     const uintptr_t key = stream_key(stream);
+    reserve_blocks(blocks, &key, all_streams);
     for (auto& arena : arenas_)
       if (all_streams || arena->key == key) collect_whole_blocks(*arena, blocks);
   }

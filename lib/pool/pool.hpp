@@ -64,7 +64,10 @@ class Pool final : public alloc::Allocator {
   Chunk* new_chunk();
   void delete_chunk(Chunk* chunk);
   void collect_whole_blocks(Arena& arena, std::vector<Block>& out);  // under mutex_
-  void give_back(std::vector<Block>& blocks);  // without mutex_: to the upstream, re-caching failures
+  void give_back(std::vector<Block>& blocks);
+  // Room for the free blocks of the arenas a collection will visit (all, or the key's).
+  void reserve_blocks(std::vector<Block>& blocks, const uintptr_t* key,
+                      bool all_streams);  // without mutex_: to the upstream, re-caching failures
   void* grow(Arena*& arena, size_t size, size_t rounded, gpumem_stream_t stream, bool& over_limit);
   [[noreturn]] void fail_out_of_memory(size_t size, size_t rounded, const std::string& why);
 

@@ -420,10 +420,23 @@ void op_alloc(Harness& h, Input& in) {
           : retried            ? "retried"
                                : "took a new block from its upstream");
   }
+  // A request larger than the limit itself is refused at once, the cache kept.
+  const bool beyond_limit = limit && rounded > limit;
   if (retried) {
     CHECK(!room, "the pool retried although its limit had room for %zu bytes", rounded);
+    CHECK(!beyond_limit, "the pool retried a request larger than its whole limit");
   } else {
-    CHECK(st == GPUMEM_SUCCESS, "an allocation failed without retrying");
+    CHECK(st == GPUMEM_SUCCESS || (beyond_limit && !fits), "an allocation failed without retrying");
+  }
+
+  if (st != GPUMEM_SUCCESS && beyond_limit) {
+    CHECK_STATUS(st, GPUMEM_ERROR_OUT_OF_MEMORY);
+    CHECK(p == nullptr, "a failed allocation did not clear its output");
+    check_detail("which the request alone exceeds");
+    ++pm->ooms;
+    ++g_reached.ooms;
+    expect_blocks(*pm, before, "a request beyond the limit keeps the cache");
+    return;
   }
 
   if (st != GPUMEM_SUCCESS) {

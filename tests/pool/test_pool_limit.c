@@ -130,6 +130,13 @@ static void test_pool_limit_larger_than_limit(void** state) {
   void* p = alloc_ok(f->pool, 99500, NULL);
   assert_int_equal(stats_of(f->host).bytes_in_use, 99840);
   assert_ok(gpumem_free(f->pool, p, NULL));
+  /* Refused at once: the cache is not given back for a request no release could make room for. */
+  const gpumem_allocator_stats_t before = stats_of(f->pool);
+  assert_out_of_memory(f->pool, 200000, NULL);
+  assert_detail_contains("which the request alone exceeds");
+  assert_int_equal(info_of(f->pool).free_bytes, 99840);
+  assert_int_equal(stats_of(f->host).bytes_in_use, 99840);
+  assert_int_equal(stats_of(f->pool).retry_count, before.retry_count);
 }
 
 static void test_pool_limit_releases_cached_blocks(void** state) {
@@ -321,17 +328,21 @@ static void test_pool_limit_removed_reclaim_not_called(void** state) {
   assert_true(kept_id != removed_id);
   assert_ok(gpumem_reclaim_remove(removed_id));
 
+  /* Within the limit alone, but not beside what is in use: the callbacks are asked. */
+  void* held = NULL;
+  assert_ok(gpumem_alloc(f->pool, 48 * KIB, NULL, &held));
   const gpumem_allocator_stats_t before = stats_of(f->pool);
   void* p = (void*)0x1;
-  gpumem_status_t st = gpumem_alloc(f->pool, MIB, NULL, &p);
+  gpumem_status_t st = gpumem_alloc(f->pool, 32 * KIB, NULL, &p);
   assert_ok(gpumem_reclaim_remove(kept_id));
+  assert_ok(gpumem_free(f->pool, held, NULL));
   assert_int_equal(st, GPUMEM_ERROR_OUT_OF_MEMORY);
   assert_null(p);
   gpumem_allocator_stats_t s = stats_of(f->pool);
   assert_int_equal(s.retry_count, before.retry_count + 2);
   assert_int_equal(s.oom_count, before.oom_count + 1);
   assert_int_equal(kept.calls, 1);
-  assert_int_equal(kept.size, MIB);
+  assert_int_equal(kept.size, 32 * KIB);
   assert_int_equal(removed.calls, 0);
 
   /* Removed: no longer called. */
