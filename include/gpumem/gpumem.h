@@ -16,5 +16,6 @@
 #include "pointer.h"
 #include "allocator.h"
 #include "pool.h"
+#include "pin.h"
 
 #endif /* GPUMEM_H */

@@ -19,41 +19,41 @@ constexpr Unit kUnits[] = {
     {"TB", 1e12}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
 };
 
-[[noreturn]] void unreadable(const char* text, const char* why) {
-  fail(GPUMEM_ERROR_INVALID_ARGUMENT,
-       "GPUMEM_GPU_MEMORY_LIMIT=\"%s\" %s; write bytes (1073741824), a size with a unit (8GiB, 512MB) or a "
-       "percentage of the device's memory (50%%)",
-       text, why);
+[[noreturn]] void unreadable(const char* variable, const char* text, const char* why) {
+  fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s=\"%s\" %s; write bytes (1073741824) or a size with a unit (8GiB, 512MB)%s",
+       variable, text, why,
+       std::strcmp(variable, "GPUMEM_GPU_MEMORY_LIMIT") == 0 ? ", or a percentage of the device's memory (50%)" : "");
 }
 
 }  // namespace
 
-uint64_t parse_limit(const char* text, uint64_t (*device_total)(int device), int device) {
+uint64_t parse_limit(const char* variable, const char* text, uint64_t (*device_total)(int device), int device) {
   errno = 0;
   char* end = nullptr;
   const double value = std::strtod(text, &end);
-  if (end == text || errno || !std::isfinite(value)) unreadable(text, "is not a number");
-  if (value < 0) unreadable(text, "is negative");
+  if (end == text || errno || !std::isfinite(value)) unreadable(variable, text, "is not a number");
+  if (value < 0) unreadable(variable, text, "is negative");
   while (*end == ' ') ++end;
   double limit;
   if (std::strcmp(end, "%") == 0) {
-    if (value <= 0 || value > 100) unreadable(text, "is not a percentage in (0, 100]");
+    if (!device_total) unreadable(variable, text, "is a percentage, which it does not take");
+    if (value <= 0 || value > 100) unreadable(variable, text, "is not a percentage in (0, 100]");
     limit = static_cast<double>(device_total(device)) * value / 100;
   } else {
     const Unit* unit = nullptr;
     for (const Unit& u : kUnits)
       if (strcasecmp(end, u.name) == 0) unit = &u;
-    if (!unit) unreadable(text, "has an unknown unit");
+    if (!unit) unreadable(variable, text, "has an unknown unit");
     limit = value * unit->factor;
   }
-  if (limit < 1 || limit >= 18446744073709551615.0) unreadable(text, "is out of range");
+  if (limit < 1 || limit >= 18446744073709551615.0) unreadable(variable, text, "is out of range");
   return static_cast<uint64_t>(limit);
 }
 
 uint64_t limit_from_environment(uint64_t (*device_total)(int device), int device) {
   const char* text = std::getenv("GPUMEM_GPU_MEMORY_LIMIT");
   if (!text || !*text) return 0;
-  return parse_limit(text, device_total, device);
+  return parse_limit("GPUMEM_GPU_MEMORY_LIMIT", text, device_total, device);
 }
 
 }  // namespace gpumem::pool

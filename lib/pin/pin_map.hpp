@@ -1,0 +1,83 @@
+// The pinning service's bookkeeping: pin counts over byte ranges, the driver registrations that
+// lock their pages, and the cache of registrations no pin needs any more. Knows nothing about CUDA:
+// registering is the backend's job. Driver calls run without the lock; ranges with a call in
+// flight are claimed, and other calls that touch them wait.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <mutex>
+#include <vector>
+
+namespace gpumem::pin {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Page-locks [start, start + size), page aligned; throws gpumem::Error.
+  virtual void lock_pages(uintptr_t start, size_t size) = 0;
+  virtual void unlock_pages(uintptr_t start, size_t size) = 0;
+};
+
+struct Stats {
+  uint64_t registered = 0, pinned = 0, cached = 0, registrations = 0;
+  uint64_t pins = 0, unpins = 0, hits = 0, misses = 0, evictions = 0, budget = 0;
+};
+
+enum class State { none, partial, full };
+
+class PinMap {
+ public:
+  PinMap(Backend& backend, size_t page_size, uint64_t budget);
+  void pin(uintptr_t p, size_t size);
+  void unpin(uintptr_t p, size_t size);
+  State query(uintptr_t p, size_t size);
+  void forget(uintptr_t p, size_t size);
+  void flush();
+  void set_budget(uint64_t budget);
+  Stats stats();
+  // Throws GPUMEM_ERROR_INTERNAL naming the first broken invariant; for tests.
+  void check_invariants();
+
+ private:
+  struct Run {  // bytes [start, end) pinned count times
+    uintptr_t end;
+    uint32_t count;
+  };
+  struct Registration {
+    uintptr_t end;
+    bool cached;
+    std::list<uintptr_t>::iterator lru;  // in lru_ while cached
+  };
+  struct Range {
+    uintptr_t start, end;
+  };
+
+  uintptr_t page_down(uintptr_t p) const { return p & ~(page_ - 1); }
+  uintptr_t page_up(uintptr_t p) const { return (p + page_ - 1) & ~(page_ - 1); }
+  bool claimed(uintptr_t start, uintptr_t end) const;  // under mutex_
+  void wait_unclaimed(std::unique_lock<std::mutex>& lock, uintptr_t start, uintptr_t end);
+  void release_claim(uintptr_t start, uintptr_t end);  // under mutex_
+  std::vector<Range> gaps(uintptr_t start, uintptr_t end) const;
+  bool pinned_within(uintptr_t start, uintptr_t end) const;
+  bool fully_pinned(uintptr_t start, uintptr_t end) const;
+  void add_counts(uintptr_t start, uintptr_t end, int delta);
+  void activate(uintptr_t start, uintptr_t end);  // cached registrations in the range are needed again
+  void cache_unneeded(uintptr_t start, uintptr_t end);
+  std::vector<Range> take_over_budget();  // removes and claims what to evict
+  void unlock_all(std::unique_lock<std::mutex>& lock, std::vector<Range>& ranges, bool count_evictions);
+
+  Backend& backend_;
+  const uintptr_t page_;
+  std::mutex mutex_;
+  std::condition_variable unclaimed_;
+  std::map<uintptr_t, Run> runs_;
+  std::map<uintptr_t, Registration> registrations_;
+  std::list<uintptr_t> lru_;  // cached registrations' starts, most recently used first
+  std::vector<Range> claims_;
+  Stats stats_;
+};
+
+}  // namespace gpumem::pin

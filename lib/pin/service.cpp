@@ -1,0 +1,54 @@
+#include "pin/service.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "memory/memory.hpp"
+#include "pool/pool.hpp"
+
+namespace gpumem::pin {
+namespace {
+
+constexpr uint64_t kDefaultBudget = uint64_t{1} << 30;
+
+class DriverBackend final : public Backend {
+ public:
+  void lock_pages(uintptr_t start, size_t size) override {
+    // Portable and mapped: one registration serves every device.
+    try {
+      memory::host_register(reinterpret_cast<void*>(start), size,
+                            GPUMEM_HOST_REGISTER_PORTABLE | GPUMEM_HOST_REGISTER_DEVICEMAP);
+    } catch (const Error& e) {
+      if (e.status() != GPUMEM_ERROR_ALREADY_REGISTERED) throw;
+      throw Error(GPUMEM_ERROR_INVALID_POINTER,
+                  format("the pages at %p + %s are page-locked outside the pinning service (a pinned allocation or "
+                         "a direct registration): %s",
+                         reinterpret_cast<void*>(start), bytes(size).c_str(), e.what()),
+                  e.cuda_result());
+    }
+  }
+  void unlock_pages(uintptr_t start, size_t) override { memory::host_unregister(reinterpret_cast<void*>(start)); }
+};
+
+uint64_t budget_from_environment() {
+  const char* text = std::getenv("GPUMEM_PIN_CACHE");
+  if (!text || !*text) return kDefaultBudget;
+  if (std::strcmp(text, "0") == 0) return 0;
+  return pool::parse_limit("GPUMEM_PIN_CACHE", text, nullptr, -1);
+}
+
+}  // namespace
+
+PinMap& service() {
+  // Leaked on purpose: pins may be dropped during process exit.
+  static PinMap* map = [] {
+    const uint64_t budget = budget_from_environment();  // may throw: before anything is made
+    static DriverBackend backend;
+    return new PinMap(backend, static_cast<size_t>(sysconf(_SC_PAGESIZE)), budget);
+  }();
+  return *map;
+}
+
+}  // namespace gpumem::pin
