@@ -10,7 +10,8 @@
  * may stay cached (within a byte budget, least recently used first out), so pinning the same
  * memory again costs no driver call.
  *
- * The caller's part of the contract: unpin before freeing or unmapping pinned memory, and call
+ * `GPUMEM_PIN_CACHE` is read when the service is first used; while it cannot be read, every call
+ * here returns ::GPUMEM_ERROR_INVALID_ARGUMENT saying so. The caller's part of the contract: unpin before freeing or unmapping pinned memory, and call
  * gpumem_pin_forget() for a range about to be freed or unmapped, so that no cached registration
  * outlives the memory; a cached registration keeps its pages locked until it is evicted,
  * flushed or forgotten.
@@ -53,15 +54,15 @@ typedef struct gpumem_pin_stats_s {
  * @param[in] size Bytes; at least 1.
  * @param[in] flags 0 (reserved for later use).
  * @retval GPUMEM_SUCCESS
- * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p ptr is NULL, @p size is 0, the range wraps around, or @p flags is not 0.
+ * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p ptr is NULL, @p size is 0, the range wraps around, @p flags
+ *         is not 0, or the driver refused the range (memory that is not mapped); nothing is left registered.
  * @retval GPUMEM_ERROR_INVALID_POINTER Part of the range is device or managed memory, or page-locked
  *         memory the service did not register (a pinned allocation, or a range registered directly).
  * @retval GPUMEM_ERROR_OUT_OF_MEMORY The driver could not lock more memory; nothing is left registered.
  * @retval GPUMEM_ERROR_NOT_SUPPORTED
  * @retval GPUMEM_ERROR_NO_DRIVER
  * @retval GPUMEM_ERROR_NO_DEVICE
- * @retval GPUMEM_ERROR_DRIVER The driver refused the range (for example, memory that is not mapped);
- *         nothing is left registered.
+ * @retval GPUMEM_ERROR_DRIVER The driver failed otherwise; nothing is left registered.
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
@@ -128,7 +129,7 @@ GPUMEM_API gpumem_status_t gpumem_pin_cache_flush(void);
  *        Registrations over the new budget are evicted, least recently used first.
  * @param[in] bytes The budget.
  * @retval GPUMEM_SUCCESS
- * @retval GPUMEM_ERROR_INVALID_ARGUMENT `GPUMEM_PIN_CACHE` cannot be read (when this is the first call to the service).
+ * @retval GPUMEM_ERROR_INVALID_ARGUMENT `GPUMEM_PIN_CACHE` cannot be read.
  * @retval GPUMEM_ERROR_DRIVER
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.

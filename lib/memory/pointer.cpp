@@ -75,7 +75,9 @@ CUcontext context_for(CUstream stream, const PointerInfo& info) {
 }
 
 void require_within_allocation(const void* p, size_t size, const PointerInfo& info, const char* role) {
-  if (info.size == 0) return;  // plain host memory: its bounds are unknown
+  // Host memory may be locked by several adjacent registrations (the pinning service makes them),
+  // and a copy may run across them; only device and managed allocations are bounded here.
+  if (info.memory_type != GPUMEM_MEMORY_DEVICE && info.memory_type != GPUMEM_MEMORY_MANAGED) return;
   const uintptr_t start = reinterpret_cast<uintptr_t>(p);
   const uintptr_t end = info.base + info.size;
   if (start + size > end)
