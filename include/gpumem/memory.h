@@ -241,7 +241,8 @@ GPUMEM_API gpumem_status_t gpumem_host_register(void* ptr, size_t size, uint32_t
  * @param[in] ptr The start of the registered range; not NULL.
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p ptr is NULL.
- * @retval GPUMEM_ERROR_INVALID_POINTER @p ptr is not the start of a registered range.
+ * @retval GPUMEM_ERROR_INVALID_POINTER @p ptr is not the start of a registered range, or the pinning
+ *         service registered it (gpumem_unpin() and gpumem_pin_forget() release those).
  * @retval GPUMEM_ERROR_NO_DRIVER
  * @retval GPUMEM_ERROR_NO_DEVICE
  * @retval GPUMEM_ERROR_DRIVER

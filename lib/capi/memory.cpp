@@ -1,5 +1,6 @@
 // Raw memory of every kind at the C boundary.
 #include "memory/memory.hpp"
+#include "pin/service.hpp"
 
 #include "capi/guard.hpp"
 
@@ -79,6 +80,11 @@ GPUMEM_API gpumem_status_t gpumem_host_register(void* ptr, size_t size, uint32_t
 GPUMEM_API gpumem_status_t gpumem_host_unregister(void* ptr) {
   return guard([&] {
     require(ptr != nullptr, "ptr is NULL");
+    // The pinning service's registrations are its own: they end through gpumem_unpin.
+    if (gpumem::pin::PinMap* pins = gpumem::pin::started_service();
+        pins && pins->registered_within(reinterpret_cast<uintptr_t>(ptr), 1))
+      gpumem::fail(GPUMEM_ERROR_INVALID_POINTER,
+                   "%p is registered by the pinning service; gpumem_unpin and gpumem_pin_forget release it", ptr);
     memory::host_unregister(ptr);
   });
 }

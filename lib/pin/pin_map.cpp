@@ -253,7 +253,21 @@ State PinMap::query(uintptr_t p, size_t size) {
 void PinMap::forget(uintptr_t p, size_t size) {
   const uintptr_t start = p, end = p + size, pages = page_down(start), pages_end = page_up(end);
   std::unique_lock<std::mutex> lock(mutex_);
-  wait_unclaimed(lock, pages, pages_end);
+  // The registrations it would drop may reach beyond the range, where a pin in flight may be
+  // counting on them: wait until nothing claims any of their pages.
+  for (uintptr_t lo = pages, hi = pages_end;;) {
+    wait_unclaimed(lock, lo, hi);
+    auto first = registrations_.upper_bound(pages);
+    if (first != registrations_.begin() && std::prev(first)->second.end > pages) --first;
+    uintptr_t reach_lo = pages, reach_hi = pages_end;
+    for (auto it = first; it != registrations_.end() && it->first < pages_end; ++it) {
+      reach_lo = std::min(reach_lo, it->first);
+      reach_hi = std::max(reach_hi, it->second.end);
+    }
+    if (reach_lo == lo && reach_hi == hi) break;
+    lo = reach_lo;
+    hi = reach_hi;
+  }
   if (pinned_within(start, end))
     fail(GPUMEM_ERROR_BUSY, "%p + %s is still pinned in part; unpin it before freeing it", reinterpret_cast<void*>(p),
          bytes(size).c_str());
@@ -294,6 +308,13 @@ void PinMap::set_budget(uint64_t budget) {
   stats_.budget = budget;
   std::vector<Range> evicted = take_over_budget();
   if (!evicted.empty()) unlock_all(lock, evicted, true);
+}
+
+bool PinMap::registered_within(uintptr_t start, size_t size) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = registrations_.upper_bound(start);
+  if (it != registrations_.begin() && std::prev(it)->second.end > start) return true;
+  return it != registrations_.end() && it->first < start + size;
 }
 
 Stats PinMap::stats() {

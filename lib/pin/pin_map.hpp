@@ -38,6 +38,8 @@ class PinMap {
   void flush();
   void set_budget(uint64_t budget);
   Stats stats();
+  // Whether a registration of the service's overlaps [start, start + size).
+  bool registered_within(uintptr_t start, size_t size);
   // Throws GPUMEM_ERROR_INTERNAL naming the first broken invariant; for tests.
   void check_invariants();
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -41,14 +42,20 @@ uint64_t budget_from_environment() {
 
 }  // namespace
 
+std::atomic<PinMap*> started{nullptr};
+
 PinMap& service() {
   // Leaked on purpose: pins may be dropped during process exit.
   static PinMap* map = [] {
     const uint64_t budget = budget_from_environment();  // may throw: before anything is made
     static DriverBackend backend;
-    return new PinMap(backend, static_cast<size_t>(sysconf(_SC_PAGESIZE)), budget);
+    auto* made = new PinMap(backend, static_cast<size_t>(sysconf(_SC_PAGESIZE)), budget);
+    started.store(made, std::memory_order_release);
+    return made;
   }();
   return *map;
 }
+
+PinMap* started_service() { return started.load(std::memory_order_acquire); }
 
 }  // namespace gpumem::pin
