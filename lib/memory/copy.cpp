@@ -1,4 +1,6 @@
 // Memset and 1D copies between any two kinds of memory.
+#include <algorithm>
+
 #include "memory/memory.hpp"
 
 namespace gpumem::memory {
@@ -81,11 +83,28 @@ void copy(void* dst, const void* src, size_t size, CUstream stream, bool async) 
   const PointerInfo& device_side = to.memory_type != GPUMEM_MEMORY_UNREGISTERED ? to : from;
   const driver::Api& a = driver::api();
   driver::ContextScope scope(async ? context_for(stream, device_side) : context_of(device_side));
-  const CUresult r =
-      async ? a.cuMemcpyAsync(address(dst), address(src), size, stream) : a.cuMemcpy(address(dst), address(src), size);
-  if (r != CUDA_SUCCESS)
-    driver::throw_result(r, format("copy of %s bytes from %p (%s) to %p (%s)", grouped(size).c_str(), src,
-                                   describe_kind(from).c_str(), dst, describe_kind(to).c_str()));
+  // The driver refuses a copy whose page-locked side runs over the end of its registration (into
+  // the next one, as the pinning service leaves them, or into plain memory): such a copy goes in
+  // pieces, one per registration. Almost every copy is one piece, asking the driver nothing more.
+  PointerInfo piece_to = to, piece_from = from;
+  for (size_t done = 0; done < size;) {
+    size_t n = size - done;
+    const uintptr_t at_dst = reinterpret_cast<uintptr_t>(dst) + done, at_src = reinterpret_cast<uintptr_t>(src) + done;
+    if (done) {
+      piece_to = pointer_info(reinterpret_cast<void*>(at_dst));
+      piece_from = pointer_info(reinterpret_cast<void*>(at_src));
+    }
+    if (piece_to.memory_type == GPUMEM_MEMORY_HOST && piece_to.size)
+      n = std::min<size_t>(n, piece_to.base + piece_to.size - at_dst);
+    if (piece_from.memory_type == GPUMEM_MEMORY_HOST && piece_from.size)
+      n = std::min<size_t>(n, piece_from.base + piece_from.size - at_src);
+    const CUresult r = async ? a.cuMemcpyAsync(at_dst, at_src, n, stream) : a.cuMemcpy(at_dst, at_src, n);
+    if (r != CUDA_SUCCESS)
+      driver::throw_result(r, format("copy of %s bytes from %p (%s) to %p (%s)", grouped(n).c_str(),
+                                     reinterpret_cast<void*>(at_src), describe_kind(piece_from).c_str(),
+                                     reinterpret_cast<void*>(at_dst), describe_kind(piece_to).c_str()));
+    done += n;
+  }
   if (!async) finish_sync(a, "waiting for the copy");
 }
 
