@@ -63,6 +63,32 @@ bool PinMap::fully_pinned(uintptr_t start, uintptr_t end) const {
 
 void PinMap::add_counts(uintptr_t start, uintptr_t end, int delta) {
   // Runs are split at the range's ends, changed inside it, then neighbours with equal counts joined.
+  // Pinning fresh bytes and unpinning exactly one run, the common cases, skip the splitting.
+  auto exact = runs_.end();
+  if (delta > 0 && !pinned_within(start, end)) {
+    runs_.emplace(start, Run{end, 1});
+  } else if (delta < 0 && (exact = runs_.find(start)) != runs_.end() && exact->second.end == end) {
+    if (--exact->second.count == 0) {
+      runs_.erase(exact);
+      return;  // nothing left to join: its neighbours were already unequal or apart
+    }
+  } else {
+    change_counts(start, end, delta);
+  }
+  auto it = runs_.lower_bound(start);
+  if (it != runs_.begin()) --it;
+  while (it != runs_.end() && it->first <= end) {
+    auto next = std::next(it);
+    if (next != runs_.end() && it->second.end == next->first && it->second.count == next->second.count) {
+      it->second.end = next->second.end;
+      runs_.erase(next);
+    } else {
+      it = next;
+    }
+  }
+}
+
+void PinMap::change_counts(uintptr_t start, uintptr_t end, int delta) {
   const auto split_at = [&](uintptr_t x) {
     auto it = runs_.upper_bound(x);
     if (it == runs_.begin()) return;
@@ -96,17 +122,6 @@ void PinMap::add_counts(uintptr_t start, uintptr_t end, int delta) {
       } else {
         ++it;
       }
-    }
-  }
-  auto it = runs_.lower_bound(start);
-  if (it != runs_.begin()) --it;
-  while (it != runs_.end() && it->first <= end) {
-    auto next = std::next(it);
-    if (next != runs_.end() && it->second.end == next->first && it->second.count == next->second.count) {
-      it->second.end = next->second.end;
-      runs_.erase(next);
-    } else {
-      it = next;
     }
   }
 }

@@ -66,7 +66,8 @@ class PinMap {
   bool pinned_within(uintptr_t start, uintptr_t end) const;
   bool fully_pinned(uintptr_t start, uintptr_t end) const;
   void add_counts(uintptr_t start, uintptr_t end, int delta);
-  void activate(uintptr_t start, uintptr_t end);  // cached registrations in the range are needed again
+  void change_counts(uintptr_t start, uintptr_t end, int delta);  // add_counts' general case
+  void activate(uintptr_t start, uintptr_t end);                  // cached registrations in the range are needed again
   void cache_unneeded(uintptr_t start, uintptr_t end);
   std::vector<Range> take_over_budget();  // removes and claims what to evict
   void unlock_all(std::unique_lock<std::mutex>& lock, std::vector<Range>& ranges, bool count_evictions);
