@@ -11,6 +11,19 @@ PinMap::PinMap(Backend& backend, size_t page_size, uint64_t budget) : backend_(b
   stats_.budget = budget;
 }
 
+void PinMap::lru_push_front(Registration* r) {
+  r->lru_prev = nullptr;
+  r->lru_next = lru_head_;
+  (lru_head_ ? lru_head_->lru_prev : lru_tail_) = r;
+  lru_head_ = r;
+}
+
+void PinMap::lru_unlink(Registration* r) {
+  (r->lru_prev ? r->lru_prev->lru_next : lru_head_) = r->lru_next;
+  (r->lru_next ? r->lru_next->lru_prev : lru_tail_) = r->lru_prev;
+  r->lru_prev = r->lru_next = nullptr;
+}
+
 bool PinMap::claimed(uintptr_t start, uintptr_t end) const {
   for (const Range& r : claims_)
     if (r.start < end && start < r.end) return true;
@@ -133,7 +146,7 @@ void PinMap::activate(uintptr_t start, uintptr_t end) {
     Registration& r = it->second;
     if (!r.cached) continue;
     r.cached = false;
-    lru_.erase(r.lru);
+    lru_unlink(&r);
     stats_.cached -= r.end - it->first;
     stats_.pinned += r.end - it->first;
   }
@@ -145,8 +158,7 @@ void PinMap::cache_unneeded(uintptr_t start, uintptr_t end) {
   for (; it != registrations_.end() && it->first < end; ++it) {
     Registration& r = it->second;
     if (r.cached || pinned_within(it->first, r.end)) continue;
-    lru_.push_front(it->first);
-    r.lru = lru_.begin();
+    lru_push_front(&r);
     r.cached = true;
     stats_.pinned -= r.end - it->first;
     stats_.cached += r.end - it->first;
@@ -155,18 +167,19 @@ void PinMap::cache_unneeded(uintptr_t start, uintptr_t end) {
 
 std::vector<PinMap::Range> PinMap::take_over_budget() {
   std::vector<Range> out;
-  for (auto it = lru_.end(); stats_.cached > stats_.budget && it != lru_.begin();) {
-    --it;
-    const auto reg = registrations_.find(*it);
-    const Range r{reg->first, reg->second.end};
-    if (claimed(r.start, r.end)) continue;
-    out.push_back(r);
-    claims_.push_back(r);
-    stats_.cached -= r.end - r.start;
-    stats_.registered -= r.end - r.start;
-    --stats_.registrations;
-    registrations_.erase(reg);
-    it = lru_.erase(it);
+  for (Registration* r = lru_tail_; stats_.cached > stats_.budget && r;) {
+    Registration* older_first = r->lru_prev;  // r goes below
+    const Range range{r->start, r->end};
+    if (!claimed(range.start, range.end)) {
+      out.push_back(range);
+      claims_.push_back(range);
+      stats_.cached -= range.end - range.start;
+      stats_.registered -= range.end - range.start;
+      --stats_.registrations;
+      lru_unlink(r);
+      registrations_.erase(range.start);
+    }
+    r = older_first;
   }
   return out;
 }
@@ -189,8 +202,8 @@ void PinMap::unlock_all(std::unique_lock<std::mutex>& lock, std::vector<Range>& 
     release_claim(r.start, r.end);
     if (failed[i]) {
       // Still registered: cached again, so the books match the driver.
-      lru_.push_front(r.start);
-      registrations_.emplace(r.start, Registration{r.end, true, lru_.begin()});
+      Registration& back = registrations_.emplace(r.start, Registration{r.start, r.end, true}).first->second;
+      lru_push_front(&back);
       stats_.cached += r.end - r.start;
       stats_.registered += r.end - r.start;
       ++stats_.registrations;
@@ -230,7 +243,7 @@ void PinMap::pin(uintptr_t p, size_t size) {
     }
     lock.lock();
     for (const Range& r : done) {
-      registrations_.emplace(r.start, Registration{r.end, false, {}});
+      registrations_.emplace(r.start, Registration{r.start, r.end, false});
       stats_.registered += r.end - r.start;
       stats_.pinned += r.end - r.start;
       ++stats_.registrations;
@@ -300,7 +313,7 @@ void PinMap::forget(uintptr_t p, size_t size) {
     const Range r{it->first, it->second.end};
     dropped.push_back(r);
     claims_.push_back(r);
-    lru_.erase(it->second.lru);
+    lru_unlink(&it->second);
     stats_.cached -= r.end - r.start;
     stats_.registered -= r.end - r.start;
     --stats_.registrations;
@@ -360,8 +373,13 @@ void PinMap::check_invariants() {
     ++count;
     last_end = r.end;
   }
-  if (lru_.size() != static_cast<size_t>(std::count_if(registrations_.begin(), registrations_.end(),
-                                                       [](const auto& e) { return e.second.cached; })))
+  size_t listed = 0;
+  for (const Registration* r = lru_head_; r; r = r->lru_next) {
+    if (!r->cached || (r->lru_next && r->lru_next->lru_prev != r)) broken("the LRU list is corrupt");
+    ++listed;
+  }
+  if (listed != static_cast<size_t>(std::count_if(registrations_.begin(), registrations_.end(),
+                                                  [](const auto& e) { return e.second.cached; })))
     broken("the LRU list disagrees with the cached registrations");
   if (registered != stats_.registered || pinned != stats_.pinned || cached != stats_.cached ||
       count != stats_.registrations)

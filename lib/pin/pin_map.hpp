@@ -6,7 +6,6 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <list>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -49,9 +48,10 @@ class PinMap {
     uint32_t count;
   };
   struct Registration {
-    uintptr_t end;
+    uintptr_t start, end;
     bool cached;
-    std::list<uintptr_t>::iterator lru;  // in lru_ while cached
+    Registration* lru_prev = nullptr;  // in the LRU list while cached (map nodes do not move)
+    Registration* lru_next = nullptr;
   };
   struct Range {
     uintptr_t start, end;
@@ -78,7 +78,12 @@ class PinMap {
   std::condition_variable unclaimed_;
   std::map<uintptr_t, Run> runs_;
   std::map<uintptr_t, Registration> registrations_;
-  std::list<uintptr_t> lru_;  // cached registrations' starts, most recently used first
+  // Cached registrations, most recently used first; linked through the registrations themselves,
+  // so caching and reusing one allocates nothing.
+  Registration* lru_head_ = nullptr;
+  Registration* lru_tail_ = nullptr;
+  void lru_push_front(Registration* r);
+  void lru_unlink(Registration* r);
   std::vector<Range> claims_;
   Stats stats_;
 };
