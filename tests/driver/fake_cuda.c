@@ -1,4 +1,4 @@
-/* A stand-in for libcuda.so.1, for the driver-loading tests: gpumem opens it through
+/* A stand-in for libcuda.so.1, for the driver-loading and pinning tests: gpumem opens it through
  * GPUMEM_CUDA_DRIVER. Like a CUDA 12+ driver it is reached through cuGetProcAddress_v2 alone, and
  * each entry point has the signature of the version gpumem asks for (checked against cudaTypedefs.h
  * at compile time). Environment variables, read at every call, choose how it behaves:
@@ -6,10 +6,21 @@
  *   FAKE_CUDA_MISSING       comma-separated entry points cuGetProcAddress_v2 does not find; "*": none found
  *   FAKE_CUDA_INIT_RESULT   the CUresult cuInit returns (default 0; 100 is CUDA_ERROR_NO_DEVICE)
  *   FAKE_CUDA_DEVICE_COUNT  what cuDeviceGetCount reports (default 1, at most 8)
+ *   FAKE_CUDA_UNMAPPED      "start:size" in hex: a window of addresses taken as unmapped, which
+ *                           cuMemHostRegister refuses (fake_cuda_set_unmapped() overrides it)
  * No memory is ever handed out: allocations fail with CUDA_ERROR_OUT_OF_MEMORY. So that calls on
  * managed memory get past their pointer checks, one range that nobody owns is reported as a managed
  * allocation on device 0 (fake_cuda_managed_address()); the fake never touches it and neither may
- * its callers. */
+ * its callers.
+ *
+ * Host registration is real bookkeeping, never touching the memory: a ledger of live registrations
+ * that refuses what the driver refuses. The driver locks whole pages, so cuMemHostRegister fails
+ * with CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED when a page of the range is in a live registration,
+ * and with CUDA_ERROR_INVALID_VALUE when the range touches the unmapped window or the managed range;
+ * cuMemHostUnregister takes exactly a registration's start, else
+ * CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED. cuPointerGetAttributes reports an address inside a
+ * registration's bytes as page-locked host memory with that registration's start and size. The
+ * tests read the ledger and inject failures through the fake_cuda_* functions at the end. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <pthread.h>
@@ -17,6 +28,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -30,7 +43,7 @@
 
 /* ---- State ------------------------------------------------------------------------------------ */
 
-/* Set by a successful cuInit; the tests are single-threaded, and load() calls cuInit once. */
+/* Set by a successful cuInit, which gpumem calls once, before any other call and any other thread. */
 static int initialized;
 
 /* Primary contexts are addresses in here: opaque to gpumem, never dereferenced. */
@@ -57,6 +70,65 @@ static struct context_stack* context_stack(void) {
 static CUcontext current_context(void) {
   const struct context_stack* s = context_stack();
   return s && s->depth > 0 ? s->items[s->depth - 1] : NULL;
+}
+
+/* The registration ledger, sorted by start, under ledger_mutex: gpumem registers from any thread. */
+struct registration {
+  uintptr_t start;
+  size_t size;
+  unsigned int flags;
+  CUcontext context;
+};
+static pthread_mutex_t ledger_mutex = PTHREAD_MUTEX_INITIALIZER;
+static struct registration* ledger;
+static size_t ledger_count, ledger_capacity, ledger_bytes;
+static size_t register_calls, unregister_calls, overlap_refusals;
+/* Injected failures: after fail_skip more calls, fail_count calls return fail_code. */
+static int fail_skip, fail_count;
+static CUresult fail_code;
+/* Microseconds each register and unregister call takes, outside the ledger's lock, as locking
+ * pages takes the driver a while: it widens the windows in which callers race. */
+static unsigned int call_delay_us;
+/* The unmapped window set by fake_cuda_set_unmapped(), which then overrides FAKE_CUDA_UNMAPPED. */
+static int unmapped_set;
+static uintptr_t unmapped_start;
+static size_t unmapped_size;
+
+static uintptr_t page_size(void) { return (uintptr_t)sysconf(_SC_PAGESIZE); }
+static uintptr_t page_down(uintptr_t p) { return p & ~(page_size() - 1); }
+/* The end of the last page [p, p + size) touches; 0 when that wraps past the address space. */
+static uintptr_t page_end(uintptr_t p, size_t size) { return page_down(p + size - 1) + page_size(); }
+
+/* Whether the pages of [p, p + size) and of [start, start + n) meet; both sizes at least 1. */
+static int pages_meet(uintptr_t p, size_t size, uintptr_t start, size_t n) {
+  return page_down(p) <= page_down(start + n - 1) && page_down(start) <= page_down(p + size - 1);
+}
+
+/* The registration whose pages hold p, or NULL; under ledger_mutex. */
+static struct registration* registration_paging(uintptr_t p) {
+  for (size_t i = 0; i < ledger_count && page_down(ledger[i].start) <= p; ++i)
+    if (p < page_end(ledger[i].start, ledger[i].size)) return &ledger[i];
+  return NULL;
+}
+
+/* The registration whose bytes hold p, or NULL; under ledger_mutex. */
+static struct registration* registration_holding(uintptr_t p) {
+  for (size_t i = 0; i < ledger_count && ledger[i].start <= p; ++i)
+    if (p - ledger[i].start < ledger[i].size) return &ledger[i];
+  return NULL;
+}
+
+static int in_unmapped_window(uintptr_t p, size_t size) {
+  uintptr_t start = unmapped_start;
+  size_t n = unmapped_size;
+  if (!unmapped_set) {
+    const char* value = getenv("FAKE_CUDA_UNMAPPED");
+    char* colon = NULL;
+    if (value == NULL || *value == 0) return 0;
+    start = (uintptr_t)strtoull(value, &colon, 16);
+    n = *colon == ':' ? (size_t)strtoull(colon + 1, NULL, 16) : 0;
+  }
+  return n > 0 && pages_meet(p, size, start, n);
 }
 
 static long env_long(const char* name, long fallback) {
@@ -104,6 +176,11 @@ static const struct {
     {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
     {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+     "part or all of the requested memory range is already mapped"},
+    {CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
+     "pointer does not correspond to a registered memory region"},
 };
 
 static CUresult describe(CUresult code, const char** out, int message) {
@@ -251,18 +328,85 @@ static CUresult CUDAAPI fake_cuMemHostAlloc(void** p, size_t size, unsigned int 
   *p = NULL;
   return CUDA_ERROR_OUT_OF_MEMORY;
 }
-static CUresult CUDAAPI fake_cuMemHostRegister(void* p, size_t size, unsigned int flags) {
-  (void)p;
-  (void)size;
-  (void)flags;
-  REQUIRE_CONTEXT();
-  return CUDA_ERROR_OUT_OF_MEMORY;
-}
 static CUresult CUDAAPI fake_cuArray3DCreate(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
   (void)desc;
   REQUIRE_CONTEXT();
   *array = NULL;
   return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* Host registration: the ledger. */
+static CUresult register_locked(uintptr_t p, size_t size, unsigned int flags) {
+  ++register_calls;
+  if (fail_count > 0) {
+    if (fail_skip > 0) {
+      --fail_skip;
+    } else {
+      --fail_count;
+      return fail_code;
+    }
+  }
+  const unsigned int known = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_IOMEMORY |
+                             CU_MEMHOSTREGISTER_READ_ONLY;
+  if (p == 0 || size == 0 || (flags & ~known) || p + (size - 1) < p || page_end(p, size) == 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (in_unmapped_window(p, size) || pages_meet(p, size, FAKE_MANAGED_BASE, FAKE_MANAGED_SIZE))
+    return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < ledger_count; ++i)
+    if (pages_meet(p, size, ledger[i].start, ledger[i].size)) {
+      ++overlap_refusals;
+      return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    }
+  if (ledger_count == ledger_capacity) {
+    const size_t capacity = ledger_capacity ? 2 * ledger_capacity : 64;
+    struct registration* grown = realloc(ledger, capacity * sizeof *grown);
+    if (grown == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+    ledger = grown;
+    ledger_capacity = capacity;
+  }
+  size_t at = 0;
+  while (at < ledger_count && ledger[at].start < p) ++at;
+  memmove(&ledger[at + 1], &ledger[at], (ledger_count - at) * sizeof *ledger);
+  ledger[at] = (struct registration){p, size, flags, current_context()};
+  ++ledger_count;
+  ledger_bytes += size;
+  return CUDA_SUCCESS;
+}
+
+static void take_a_while(void) {
+  pthread_mutex_lock(&ledger_mutex);
+  const unsigned int us = call_delay_us;
+  pthread_mutex_unlock(&ledger_mutex);
+  if (us == 0) return;
+  const struct timespec delay = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+  nanosleep(&delay, NULL);
+}
+
+static CUresult CUDAAPI fake_cuMemHostRegister(void* p, size_t size, unsigned int flags) {
+  REQUIRE_CONTEXT();
+  take_a_while();
+  pthread_mutex_lock(&ledger_mutex);
+  const CUresult r = register_locked((uintptr_t)p, size, flags);
+  pthread_mutex_unlock(&ledger_mutex);
+  return r;
+}
+
+static CUresult CUDAAPI fake_cuMemHostUnregister(void* p) {
+  REQUIRE_CONTEXT();
+  CUresult r = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  take_a_while();
+  pthread_mutex_lock(&ledger_mutex);
+  ++unregister_calls;
+  for (size_t i = 0; i < ledger_count; ++i)
+    if (ledger[i].start == (uintptr_t)p) {
+      ledger_bytes -= ledger[i].size;
+      memmove(&ledger[i], &ledger[i + 1], (ledger_count - i - 1) * sizeof *ledger);
+      --ledger_count;
+      r = CUDA_SUCCESS;
+      break;
+    }
+  pthread_mutex_unlock(&ledger_mutex);
+  return r;
 }
 
 /* Frees and every use of memory: there is none to free or use. */
@@ -276,7 +420,6 @@ static CUresult CUDAAPI fake_cuMemFreeAsync(CUdeviceptr p, CUstream stream) {
   return fake_cuMemFree(p);
 }
 static CUresult CUDAAPI fake_cuMemFreeHost(void* p) { return fake_cuMemFree((CUdeviceptr)(uintptr_t)p); }
-static CUresult CUDAAPI fake_cuMemHostUnregister(void* p) { return fake_cuMemFree((CUdeviceptr)(uintptr_t)p); }
 static CUresult CUDAAPI fake_cuMemHostGetDevicePointer(CUdeviceptr* d, void* p, unsigned int flags) {
   (void)flags;
   *d = 0;
@@ -356,37 +499,45 @@ static CUresult CUDAAPI fake_cuMemRangeGetAttributes(void** data, size_t* sizes,
   return CUDA_SUCCESS;
 }
 
-/* Plain host memory (the driver's "default NULL values") for every address but the managed range. */
+/* The managed range, registered host memory (as the ledger has it), and plain host memory (the
+ * driver's "default NULL values") for every other address. */
 static CUresult CUDAAPI fake_cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attributes, void** data,
                                                     CUdeviceptr p) {
   REQUIRE_INIT();
   const int managed = in_managed_range(p, 1);
+  pthread_mutex_lock(&ledger_mutex);
+  const struct registration* found = managed ? NULL : registration_holding((uintptr_t)p);
+  const struct registration host = found ? *found : (struct registration){0, 0, 0, NULL};
+  pthread_mutex_unlock(&ledger_mutex);
+  const int known = managed || found;
   for (unsigned int i = 0; i < count; ++i) {
     void* out = data[i];
     switch (attributes[i]) {
       case CU_POINTER_ATTRIBUTE_CONTEXT:
-        *(CUcontext*)out = managed ? (CUcontext)(void*)&primary_contexts[0] : NULL;
+        *(CUcontext*)out = managed ? (CUcontext)(void*)&primary_contexts[0] : host.context;
         break;
       case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        *(unsigned int*)out = managed ? CU_MEMORYTYPE_DEVICE : 0;
+        *(unsigned int*)out = managed ? CU_MEMORYTYPE_DEVICE : found ? CU_MEMORYTYPE_HOST : 0;
         break;
-      case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-        *(CUdeviceptr*)out = managed ? p : 0;
+      case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: /* unified addressing: the same address */
+        *(CUdeviceptr*)out = known ? p : 0;
         break;
       case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-        *(void**)out = managed ? (void*)(uintptr_t)p : NULL;
+        *(void**)out = known ? (void*)(uintptr_t)p : NULL;
         break;
       case CU_POINTER_ATTRIBUTE_IS_MANAGED:
         *(unsigned char*)out = (unsigned char)managed; /* a one-byte bool, as the driver writes it */
         break;
       case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-        *(int*)out = managed ? 0 : CU_DEVICE_INVALID;
+        *(int*)out = managed ? 0
+                     : found ? (int)((uintptr_t)(void*)host.context - (uintptr_t)primary_contexts)
+                             : CU_DEVICE_INVALID;
         break;
       case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-        *(CUdeviceptr*)out = managed ? FAKE_MANAGED_BASE : 0;
+        *(CUdeviceptr*)out = managed ? FAKE_MANAGED_BASE : (CUdeviceptr)host.start;
         break;
       case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-        *(size_t*)out = managed ? FAKE_MANAGED_SIZE : 0;
+        *(size_t*)out = managed ? FAKE_MANAGED_SIZE : host.size;
         break;
       default:
         return CUDA_ERROR_INVALID_VALUE;
@@ -434,6 +585,18 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVer
 
 int fake_cuda_context_depth(void);
 void* fake_cuda_managed_address(void);
+size_t fake_cuda_registration_count(void);
+size_t fake_cuda_registered_bytes(void);
+size_t fake_cuda_register_calls(void);
+size_t fake_cuda_unregister_calls(void);
+size_t fake_cuda_overlap_refusals(void);
+int fake_cuda_is_registered(const void* p);
+int fake_cuda_registration_flags(const void* p);
+size_t fake_cuda_registrations(uintptr_t* starts, size_t* sizes, size_t max);
+void fake_cuda_fail_registers(int n, int code);
+void fake_cuda_fail_registers_after(int skip, int n, int code);
+void fake_cuda_set_unmapped(const void* p, size_t size);
+void fake_cuda_set_call_delay(unsigned int microseconds);
 
 /* How many contexts gpumem left pushed on the calling thread: 0 after every call returns. */
 int fake_cuda_context_depth(void) {
@@ -442,3 +605,67 @@ int fake_cuda_context_depth(void) {
 }
 
 void* fake_cuda_managed_address(void) { return (void*)(uintptr_t)FAKE_MANAGED_BASE; }
+
+#define FAKE_READ_LEDGER(type, expression) \
+  pthread_mutex_lock(&ledger_mutex);       \
+  const type value_ = (expression);        \
+  pthread_mutex_unlock(&ledger_mutex);     \
+  return value_
+
+/* Live registrations, and the bytes they were registered with. */
+size_t fake_cuda_registration_count(void) { FAKE_READ_LEDGER(size_t, ledger_count); }
+size_t fake_cuda_registered_bytes(void) { FAKE_READ_LEDGER(size_t, ledger_bytes); }
+/* Calls since the library was loaded, failed ones included. */
+size_t fake_cuda_register_calls(void) { FAKE_READ_LEDGER(size_t, register_calls); }
+size_t fake_cuda_unregister_calls(void) { FAKE_READ_LEDGER(size_t, unregister_calls); }
+/* Register calls refused because a page of the range was registered already. */
+size_t fake_cuda_overlap_refusals(void) { FAKE_READ_LEDGER(size_t, overlap_refusals); }
+/* Whether the page holding p is locked by a live registration. */
+int fake_cuda_is_registered(const void* p) { FAKE_READ_LEDGER(int, registration_paging((uintptr_t)p) != NULL); }
+/* The flags of the registration that locks the page holding p, or -1. */
+int fake_cuda_registration_flags(const void* p) {
+  pthread_mutex_lock(&ledger_mutex);
+  const struct registration* r = registration_paging((uintptr_t)p);
+  const int flags = r ? (int)r->flags : -1;
+  pthread_mutex_unlock(&ledger_mutex);
+  return flags;
+}
+
+/* Copies up to max registrations, by address, and returns how many there are. */
+size_t fake_cuda_registrations(uintptr_t* starts, size_t* sizes, size_t max) {
+  pthread_mutex_lock(&ledger_mutex);
+  for (size_t i = 0; i < ledger_count && i < max; ++i) {
+    starts[i] = ledger[i].start;
+    sizes[i] = ledger[i].size;
+  }
+  const size_t n = ledger_count;
+  pthread_mutex_unlock(&ledger_mutex);
+  return n;
+}
+
+/* The next n register calls fail with the CUresult code, changing nothing; after the first skip calls
+ * with fake_cuda_fail_registers_after(). n = 0 cancels what is left. */
+void fake_cuda_fail_registers_after(int skip, int n, int code) {
+  pthread_mutex_lock(&ledger_mutex);
+  fail_skip = skip;
+  fail_count = n;
+  fail_code = (CUresult)code;
+  pthread_mutex_unlock(&ledger_mutex);
+}
+void fake_cuda_fail_registers(int n, int code) { fake_cuda_fail_registers_after(0, n, code); }
+
+/* Pages that meet [p, p + size) count as unmapped from now on, in place of FAKE_CUDA_UNMAPPED; size 0: none. */
+void fake_cuda_set_unmapped(const void* p, size_t size) {
+  pthread_mutex_lock(&ledger_mutex);
+  unmapped_set = 1;
+  unmapped_start = (uintptr_t)p;
+  unmapped_size = size;
+  pthread_mutex_unlock(&ledger_mutex);
+}
+
+/* How long each register and unregister call takes from now on. */
+void fake_cuda_set_call_delay(unsigned int microseconds) {
+  pthread_mutex_lock(&ledger_mutex);
+  call_delay_us = microseconds;
+  pthread_mutex_unlock(&ledger_mutex);
+}
