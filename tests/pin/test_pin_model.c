@@ -4,7 +4,7 @@
  * seeded random sequence of pins, unpins, queries, forgets, flushes and budget changes is checked
  * after every step against a reference model that counts pins per byte; targeted tests pin down
  * the cases one by one. CTest runs the binary twice: the host tests, and with the argument
- * "threads" the thread test. GPUMEM_CUDA_DRIVER names the fake and GPUMEM_PIN_CACHE is 3MiB.
+ * "threads" the thread tests. GPUMEM_CUDA_DRIVER names the fake and GPUMEM_PIN_CACHE is 3MiB.
  * GPUMEM_TEST_SEED=<n> replays another random sequence. */
 #define _POSIX_C_SOURCE 200809L
 
