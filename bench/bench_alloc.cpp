@@ -7,6 +7,8 @@
 #include <cuda_runtime_api.h>
 #include <gpumem/gpumem.h>
 
+#include "bench_device.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -34,10 +36,10 @@ uint64_t splitmix64(uint64_t& state) {
 }
 
 struct Pattern {
-  std::vector<size_t> sizes;     // allocated in this order
-  std::vector<int> free_order;   // then freed: sizes[free_order[0]] first
-  uint64_t total_bytes = 0;      // all of them are live at once after the allocation phase
-  uint64_t digest = 0;           // FNV-1a over sizes then order, to compare whole sequences
+  std::vector<size_t> sizes;    // allocated in this order
+  std::vector<int> free_order;  // then freed: sizes[free_order[0]] first
+  uint64_t total_bytes = 0;     // all of them are live at once after the allocation phase
+  uint64_t digest = 0;          // FNV-1a over sizes then order, to compare whole sequences
 };
 
 Pattern make_pattern() {
@@ -68,8 +70,8 @@ Pattern make_pattern() {
 
 void print_pattern(const Pattern& p) {
   std::printf("PATTERN sizes[0:5] %zu %zu %zu %zu %zu\n", p.sizes[0], p.sizes[1], p.sizes[2], p.sizes[3], p.sizes[4]);
-  std::printf("PATTERN free[0:5] %d %d %d %d %d\n", p.free_order[0], p.free_order[1], p.free_order[2],
-              p.free_order[3], p.free_order[4]);
+  std::printf("PATTERN free[0:5] %d %d %d %d %d\n", p.free_order[0], p.free_order[1], p.free_order[2], p.free_order[3],
+              p.free_order[4]);
   std::printf("PATTERN total_bytes %" PRIu64 " digest %016" PRIx64 "\n", p.total_bytes, p.digest);
 }
 
@@ -140,7 +142,8 @@ struct GpumemPool {
   std::string peak_extras() {
     const gpumem_allocator_stats_t s = stats();
     // A pool that reuses perfectly takes 1000 blocks in the first round and none after.
-    return " reserved=" + std::to_string(s.peak_bytes_reserved) + " peak_in_use=" + std::to_string(s.peak_bytes_in_use) +
+    return " reserved=" + std::to_string(s.peak_bytes_reserved) +
+           " peak_in_use=" + std::to_string(s.peak_bytes_in_use) +
            " upstream_allocs=" + std::to_string(s.upstream_alloc_count - upstream_allocs_at_reset);
   }
 };
@@ -159,7 +162,8 @@ struct CudaMallocAsync {
     check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
     check(cudaMemPoolTrimTo(pool, 0), "cudaMemPoolTrimTo");
     uint64_t zero = 0;
-    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &zero), "cudaMemPoolSetAttribute(ReservedMemHigh)");
+    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &zero),
+          "cudaMemPoolSetAttribute(ReservedMemHigh)");
     zero = 0;
     check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero), "cudaMemPoolSetAttribute(UsedMemHigh)");
   }
@@ -242,7 +246,8 @@ void bench_pairs(A& a, const Effort& e) {
       const Clock::time_point t1 = Clock::now();
       reps.push_back(ns_since(t0, t1) / e.pairs);
     }
-    report(a.name, ps.test, median(reps), " reps=" + std::to_string(e.repetitions) + " pairs=" + std::to_string(e.pairs));
+    report(a.name, ps.test, median(reps),
+           " reps=" + std::to_string(e.repetitions) + " pairs=" + std::to_string(e.pairs));
   }
 }
 
@@ -292,8 +297,8 @@ void bench_random(A& a, const Effort& e, const Pattern& pat) {
   }
   report(a.name, "random_cold", cold, " requested=" + std::to_string(pat.total_bytes));
   report(a.name, "random_warm", median(warm),
-         " rounds=" + std::to_string(e.rounds - 1) + " requested=" + std::to_string(pat.total_bytes) +
-             a.peak_extras() + " device_delta=" + std::to_string(device_delta) + live);
+         " rounds=" + std::to_string(e.rounds - 1) + " requested=" + std::to_string(pat.total_bytes) + a.peak_extras() +
+             " device_delta=" + std::to_string(device_delta) + live);
   a.reset();
 }
 
@@ -334,30 +339,13 @@ int run() {
   const Pattern pat = make_pattern();
   print_pattern(pat);
 
-  int count = 0;
-  if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
-    std::printf("no GPU: cudaGetDeviceCount: %s: %s\n", cudaGetErrorName(e), cudaGetErrorString(e));
-    return 0;
-  }
-  if (count == 0) {
-    std::printf("no GPU: cudaGetDeviceCount found 0 devices\n");
-    return 0;
-  }
-  // The runtime makes device 0's primary context current on this thread; gpumem works in the same
-  // context, as it would in a program that uses both.
-  check(cudaSetDevice(0), "cudaSetDevice");
-  check(cudaFree(nullptr), "cudaFree(NULL)");
-  cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  int driver = 0, runtime = 0;
-  check(cudaDriverGetVersion(&driver), "cudaDriverGetVersion");
-  check(cudaRuntimeGetVersion(&runtime), "cudaRuntimeGetVersion");
-  std::printf("# device 0: %s; driver CUDA %d.%d, runtime %d.%d; gpumem %s\n", prop.name, driver / 1000,
-              driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10, gpumem_version_string());
+  std::string device;
+  if (!bench_open_device_0(device)) return 0;
+  std::printf("# %s\n", device.c_str());
 
   gpumem_allocator_t* device_pool = nullptr;
   if (const gpumem_status_t st = gpumem_pool_get_device(0, &device_pool); st != GPUMEM_SUCCESS) {
-    std::printf("FAIL gpumem: the CUDA runtime sees %d device(s) but gpumem_pool_get_device(0) says %s: %s\n", count,
+    std::printf("FAIL gpumem: the CUDA runtime sees device 0 but gpumem_pool_get_device(0) says %s: %s\n",
                 gpumem_status_name(st), gpumem_last_error_detail());
     return 1;
   }

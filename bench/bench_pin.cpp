@@ -5,8 +5,10 @@
 // figures as Markdown tables and whether the targets were met.
 #include <cuda_runtime_api.h>
 #include <gpumem/gpumem.h>
+
 #include <sys/mman.h>
 #include <unistd.h>
+#include "bench_device.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -460,26 +462,9 @@ void print_tables() {
 }
 
 int run() {
-  int count = 0;
-  if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
-    std::printf("no GPU: cudaGetDeviceCount: %s: %s\n", cudaGetErrorName(e), cudaGetErrorString(e));
-    return 0;
-  }
-  if (count == 0) {
-    std::printf("no GPU: cudaGetDeviceCount found 0 devices\n");
-    return 0;
-  }
-  // The runtime makes device 0's primary context current on this thread; gpumem works in the same
-  // context, as it would in a program that uses both.
-  check(cudaSetDevice(0), "cudaSetDevice");
-  check(cudaFree(nullptr), "cudaFree(NULL)");
-  cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  int driver = 0, runtime = 0;
-  check(cudaDriverGetVersion(&driver), "cudaDriverGetVersion");
-  check(cudaRuntimeGetVersion(&runtime), "cudaRuntimeGetVersion");
-  std::printf("# device 0: %s; driver CUDA %d.%d, runtime %d.%d; gpumem %s; page %ld bytes\n", prop.name, driver / 1000,
-              driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10, gpumem_version_string(), sysconf(_SC_PAGESIZE));
+  std::string device;
+  if (!bench_open_device_0(device)) return 0;
+  std::printf("# %s; page %ld bytes\n", device.c_str(), sysconf(_SC_PAGESIZE));
   // Whatever GPUMEM_PIN_CACHE says, the hits need their registrations kept.
   check(gpumem_pin_cache_set_budget(GiB), "gpumem_pin_cache_set_budget");
 
