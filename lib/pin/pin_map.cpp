@@ -9,6 +9,7 @@ namespace gpumem::pin {
 
 PinMap::PinMap(Backend& backend, size_t page_size, uint64_t budget) : backend_(backend), page_(page_size) {
   stats_.budget = budget;
+  spare_runs_.reserve(64);
 }
 
 void PinMap::lru_push_front(Registration* r) {
@@ -30,7 +31,7 @@ bool PinMap::claimed(uintptr_t start, uintptr_t end) const {
   return false;
 }
 
-void PinMap::wait_unclaimed(std::unique_lock<std::mutex>& lock, uintptr_t start, uintptr_t end) {
+void PinMap::wait_unclaimed(std::unique_lock<SpinLock>& lock, uintptr_t start, uintptr_t end) {
   unclaimed_.wait(lock, [&] { return !claimed(start, end); });
 }
 
@@ -74,15 +75,34 @@ bool PinMap::fully_pinned(uintptr_t start, uintptr_t end) const {
   return true;
 }
 
+std::map<uintptr_t, PinMap::Run>::iterator PinMap::make_run(uintptr_t start, Run run) {
+  if (spare_runs_.empty()) return runs_.emplace(start, run).first;
+  auto node = std::move(spare_runs_.back());
+  spare_runs_.pop_back();
+  node.key() = start;
+  node.mapped() = run;
+  return runs_.insert(std::move(node)).position;
+}
+
+std::map<uintptr_t, PinMap::Run>::iterator PinMap::drop_run(std::map<uintptr_t, Run>::iterator it) {
+  const auto next = std::next(it);
+  if (spare_runs_.size() < spare_runs_.capacity()) {
+    spare_runs_.push_back(runs_.extract(it));  // within the reserved capacity: cannot throw
+  } else {
+    runs_.erase(it);
+  }
+  return next;
+}
+
 void PinMap::add_counts(uintptr_t start, uintptr_t end, int delta) {
   // Runs are split at the range's ends, changed inside it, then neighbours with equal counts joined.
   // Pinning fresh bytes and unpinning exactly one run, the common cases, skip the splitting.
   auto exact = runs_.end();
   if (delta > 0 && !pinned_within(start, end)) {
-    runs_.emplace(start, Run{end, 1});
+    make_run(start, Run{end, 1});
   } else if (delta < 0 && (exact = runs_.find(start)) != runs_.end() && exact->second.end == end) {
     if (--exact->second.count == 0) {
-      runs_.erase(exact);
+      drop_run(exact);
       return;  // nothing left to join: its neighbours were already unequal or apart
     }
   } else {
@@ -94,7 +114,7 @@ void PinMap::add_counts(uintptr_t start, uintptr_t end, int delta) {
     auto next = std::next(it);
     if (next != runs_.end() && it->second.end == next->first && it->second.count == next->second.count) {
       it->second.end = next->second.end;
-      runs_.erase(next);
+      drop_run(next);
     } else {
       it = next;
     }
@@ -109,7 +129,7 @@ void PinMap::change_counts(uintptr_t start, uintptr_t end, int delta) {
     if (it->first < x && it->second.end > x) {
       const Run right{it->second.end, it->second.count};
       it->second.end = x;
-      runs_.emplace(x, right);
+      make_run(x, right);
     }
   };
   split_at(start);
@@ -124,14 +144,14 @@ void PinMap::change_counts(uintptr_t start, uintptr_t end, int delta) {
         ++it;
       } else {
         const uintptr_t next = it != runs_.end() && it->first < end ? it->first : end;
-        runs_.emplace_hint(it, cur, Run{next, 1});
+        make_run(cur, Run{next, 1});
         cur = next;
       }
     }
   } else {
     for (auto it = runs_.lower_bound(start); it != runs_.end() && it->first < end;) {
       if (--it->second.count == 0) {
-        it = runs_.erase(it);
+        it = drop_run(it);
       } else {
         ++it;
       }
@@ -184,7 +204,7 @@ std::vector<PinMap::Range> PinMap::take_over_budget() {
   return out;
 }
 
-void PinMap::unlock_all(std::unique_lock<std::mutex>& lock, std::vector<Range>& ranges, bool count_evictions) {
+void PinMap::unlock_all(std::unique_lock<SpinLock>& lock, std::vector<Range>& ranges, bool count_evictions) {
   lock.unlock();
   std::vector<bool> failed(ranges.size(), false);
   std::exception_ptr first;
@@ -216,7 +236,7 @@ void PinMap::unlock_all(std::unique_lock<std::mutex>& lock, std::vector<Range>& 
 
 void PinMap::pin(uintptr_t p, size_t size) {
   const uintptr_t start = p, end = p + size, pages = page_down(start), pages_end = page_up(end);
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::unique_lock<SpinLock> lock(mutex_);
   wait_unclaimed(lock, pages, pages_end);
   const std::vector<Range> missing = gaps(pages, pages_end);
   if (!missing.empty()) {
@@ -260,7 +280,7 @@ void PinMap::pin(uintptr_t p, size_t size) {
 
 void PinMap::unpin(uintptr_t p, size_t size) {
   const uintptr_t start = p, end = p + size;
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::unique_lock<SpinLock> lock(mutex_);
   wait_unclaimed(lock, page_down(start), page_up(end));
   if (!fully_pinned(start, end))
     fail(GPUMEM_ERROR_NOT_OWNED, "%p + %s is not pinned throughout; nothing was unpinned", reinterpret_cast<void*>(p),
@@ -273,14 +293,14 @@ void PinMap::unpin(uintptr_t p, size_t size) {
 }
 
 State PinMap::query(uintptr_t p, size_t size) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   if (fully_pinned(p, p + size)) return State::full;
   return pinned_within(p, p + size) ? State::partial : State::none;
 }
 
 void PinMap::forget(uintptr_t p, size_t size) {
   const uintptr_t start = p, end = p + size, pages = page_down(start), pages_end = page_up(end);
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::unique_lock<SpinLock> lock(mutex_);
   // The registrations it would drop may reach beyond the range, where a pin in flight may be
   // counting on them: wait until nothing claims any of their pages.
   for (uintptr_t lo = pages, hi = pages_end;;) {
@@ -323,7 +343,7 @@ void PinMap::forget(uintptr_t p, size_t size) {
 }
 
 void PinMap::flush() {
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::unique_lock<SpinLock> lock(mutex_);
   const uint64_t budget = stats_.budget;
   stats_.budget = 0;
   std::vector<Range> dropped = take_over_budget();
@@ -332,26 +352,26 @@ void PinMap::flush() {
 }
 
 void PinMap::set_budget(uint64_t budget) {
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::unique_lock<SpinLock> lock(mutex_);
   stats_.budget = budget;
   std::vector<Range> evicted = take_over_budget();
   if (!evicted.empty()) unlock_all(lock, evicted, true);
 }
 
 bool PinMap::registered_within(uintptr_t start, size_t size) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   auto it = registrations_.upper_bound(start);
   if (it != registrations_.begin() && std::prev(it)->second.end > start) return true;
   return it != registrations_.end() && it->first < start + size;
 }
 
 Stats PinMap::stats() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   return stats_;
 }
 
 void PinMap::check_invariants() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(mutex_);
   const auto broken = [](const char* what) { fail(GPUMEM_ERROR_INTERNAL, "pin invariant broken: %s", what); };
   uintptr_t last_end = 0;
   for (auto it = runs_.begin(); it != runs_.end(); ++it) {

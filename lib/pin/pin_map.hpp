@@ -10,6 +10,8 @@
 #include <mutex>
 #include <vector>
 
+#include "core/spin_lock.hpp"
+
 namespace gpumem::pin {
 
 class Backend {
@@ -60,22 +62,27 @@ class PinMap {
   uintptr_t page_down(uintptr_t p) const { return p & ~(page_ - 1); }
   uintptr_t page_up(uintptr_t p) const { return (p + page_ - 1) & ~(page_ - 1); }
   bool claimed(uintptr_t start, uintptr_t end) const;  // under mutex_
-  void wait_unclaimed(std::unique_lock<std::mutex>& lock, uintptr_t start, uintptr_t end);
+  void wait_unclaimed(std::unique_lock<SpinLock>& lock, uintptr_t start, uintptr_t end);
   void release_claim(uintptr_t start, uintptr_t end);  // under mutex_
   std::vector<Range> gaps(uintptr_t start, uintptr_t end) const;
   bool pinned_within(uintptr_t start, uintptr_t end) const;
   bool fully_pinned(uintptr_t start, uintptr_t end) const;
+  // Runs are made and dropped through these, which keep the dropped map nodes for reuse: pinning
+  // and unpinning the same memory over and over then allocates nothing.
+  std::map<uintptr_t, Run>::iterator make_run(uintptr_t start, Run run);
+  std::map<uintptr_t, Run>::iterator drop_run(std::map<uintptr_t, Run>::iterator it);
+  std::vector<std::map<uintptr_t, Run>::node_type> spare_runs_;
   void add_counts(uintptr_t start, uintptr_t end, int delta);
   void change_counts(uintptr_t start, uintptr_t end, int delta);  // add_counts' general case
   void activate(uintptr_t start, uintptr_t end);                  // cached registrations in the range are needed again
   void cache_unneeded(uintptr_t start, uintptr_t end);
   std::vector<Range> take_over_budget();  // removes and claims what to evict
-  void unlock_all(std::unique_lock<std::mutex>& lock, std::vector<Range>& ranges, bool count_evictions);
+  void unlock_all(std::unique_lock<SpinLock>& lock, std::vector<Range>& ranges, bool count_evictions);
 
   Backend& backend_;
   const uintptr_t page_;
-  std::mutex mutex_;
-  std::condition_variable unclaimed_;
+  SpinLock mutex_;  // short sections: never held across a driver call
+  std::condition_variable_any unclaimed_;
   std::map<uintptr_t, Run> runs_;
   std::map<uintptr_t, Registration> registrations_;
   // Cached registrations, most recently used first; linked through the registrations themselves,
