@@ -79,8 +79,9 @@ typedef struct gpumem_allocator_stats_s {
   uint64_t free_count;           /**< Successful gpumem_free() calls. */
   uint64_t upstream_alloc_count; /**< Allocations made from the upstream. */
   uint64_t upstream_free_count;  /**< Allocations returned to the upstream. */
-  uint64_t retry_count;          /**< Retries of allocations: one after releasing cached memory, one after the reclaim callbacks. */
-  uint64_t oom_count;            /**< gpumem_alloc() calls that failed with ::GPUMEM_ERROR_OUT_OF_MEMORY. */
+  uint64_t
+      retry_count; /**< Retries of allocations: one after releasing cached memory, one after the reclaim callbacks. */
+  uint64_t oom_count; /**< gpumem_alloc() calls that failed with ::GPUMEM_ERROR_OUT_OF_MEMORY. */
 } gpumem_allocator_stats_t;
 
 /** @brief Events a hook can observe; combine them in the mask of gpumem_allocator_add_hook(). @since 0.1.0 */
@@ -100,11 +101,11 @@ typedef struct gpumem_hook_info_s {
   uint32_t event;                /**< One ::gpumem_hook_event. */
   int32_t device;                /**< The allocator's device, or -1 for host memory. */
   gpumem_allocator_t* allocator; /**< The allocator the event is on. */
-  size_t size;                   /**< Bytes asked for, in the free events too (0 for a pointer the allocator does not own). */
-  size_t mem_size;               /**< Bytes handed out or taken back, after rounding (0 before it is known). */
-  void* ptr;                     /**< The memory; NULL before it exists. */
-  gpumem_stream_t stream;        /**< The stream of the call. */
-  gpumem_status_t status;        /**< The outcome, in the post events; ::GPUMEM_SUCCESS in the pre events. */
+  size_t size;            /**< Bytes asked for, in the free events too (0 for a pointer the allocator does not own). */
+  size_t mem_size;        /**< Bytes handed out or taken back, after rounding (0 before it is known). */
+  void* ptr;              /**< The memory; NULL before it exists. */
+  gpumem_stream_t stream; /**< The stream of the call. */
+  gpumem_status_t status; /**< The outcome, in the post events; ::GPUMEM_SUCCESS in the pre events. */
 } gpumem_hook_info_t;
 
 /**

@@ -8,14 +8,14 @@
 #ifndef GPUMEM_H
 #define GPUMEM_H
 
+#include "allocator.h"
 #include "array.h"
 #include "copy.h"
 #include "core.h"
 #include "device.h"
 #include "memory.h"
-#include "pointer.h"
-#include "allocator.h"
-#include "pool.h"
 #include "pin.h"
+#include "pointer.h"
+#include "pool.h"
 
 #endif /* GPUMEM_H */

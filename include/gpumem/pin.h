@@ -11,10 +11,10 @@
  * memory again costs no driver call.
  *
  * `GPUMEM_PIN_CACHE` is read when the service is first used; while it cannot be read, every call
- * here returns ::GPUMEM_ERROR_INVALID_ARGUMENT saying so. The caller's part of the contract: unpin before freeing or unmapping pinned memory, and call
- * gpumem_pin_forget() for a range about to be freed or unmapped, so that no cached registration
- * outlives the memory; a cached registration keeps its pages locked until it is evicted,
- * flushed or forgotten.
+ * here returns ::GPUMEM_ERROR_INVALID_ARGUMENT saying so. The caller's part of the contract: unpin before freeing or
+ * unmapping pinned memory, and call gpumem_pin_forget() for a range about to be freed or unmapped, so that no cached
+ * registration outlives the memory; a cached registration keeps its pages locked until it is evicted, flushed or
+ * forgotten.
  */
 #ifndef GPUMEM_PIN_H
 #define GPUMEM_PIN_H

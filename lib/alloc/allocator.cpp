@@ -12,7 +12,7 @@ void* Allocator::operator new(size_t size) { return ::operator new(size); }
 // only keeps the memory reachable, so leak checkers do not report it.
 void Allocator::operator delete(void* p, size_t) noexcept {
   static auto* destroyed = new std::vector<void*>;  // leaked with its contents, on purpose
-  static auto* mutex = new std::mutex;  // leaked too: allocators may be destroyed during exit
+  static auto* mutex = new std::mutex;              // leaked too: allocators may be destroyed during exit
   std::lock_guard<std::mutex> lock(*mutex);
   try {
     destroyed->push_back(p);

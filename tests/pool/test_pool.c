@@ -7,63 +7,7 @@
 
 #include "test_util.h"
 
-#define KIB ((size_t)1024)
-#define MIB (1024 * KIB)
-
-#define STREAM_A ((gpumem_stream_t)(uintptr_t)0x1000)
-#define STREAM_B ((gpumem_stream_t)(uintptr_t)0x2000)
-
-struct fixture {
-  gpumem_allocator_t* host;
-  gpumem_allocator_t* pool;
-};
-
-static int setup(void** state) {
-  static struct fixture f;
-  f.host = NULL;
-  f.pool = NULL;
-  if (gpumem_allocator_create_host(0, &f.host) != GPUMEM_SUCCESS) return -1;
-  gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
-  params.upstream = f.host;
-  if (gpumem_pool_create(&params, &f.pool) != GPUMEM_SUCCESS) return -1;
-  *state = &f;
-  return 0;
-}
-
-/* Fails the test if the host allocator cannot be destroyed: something still relies on it. */
-static int teardown(void** state) {
-  struct fixture* f = *state;
-  if (f->pool && gpumem_allocator_destroy_force(f->pool) != GPUMEM_SUCCESS) return -1;
-  f->pool = NULL;
-  if (gpumem_allocator_destroy(f->host) != GPUMEM_SUCCESS) {
-    print_error("destroying the host upstream: %s\n", gpumem_last_error_detail());
-    return -1;
-  }
-  return 0;
-}
-
-static gpumem_allocator_stats_t stats_of(gpumem_allocator_t* allocator) {
-  gpumem_allocator_stats_t s;
-  memset(&s, 0, sizeof s);
-  s.struct_size = sizeof s;
-  assert_ok(gpumem_allocator_get_stats(allocator, &s));
-  return s;
-}
-
-static gpumem_pool_info_t info_of(gpumem_allocator_t* pool) {
-  gpumem_pool_info_t i;
-  memset(&i, 0, sizeof i);
-  i.struct_size = sizeof i;
-  assert_ok(gpumem_pool_get_info(pool, &i));
-  return i;
-}
-
-static void* alloc_ok(gpumem_allocator_t* pool, size_t size, gpumem_stream_t stream) {
-  void* p = NULL;
-  assert_ok(gpumem_alloc(pool, size, stream, &p));
-  assert_non_null(p);
-  return p;
-}
+#include "pool_fixture.h"
 
 static void assert_stats_equal(const gpumem_allocator_stats_t* a, const gpumem_allocator_stats_t* b) {
   assert_int_equal(a->bytes_in_use, b->bytes_in_use);
