@@ -7,7 +7,7 @@
 #include <cuda_runtime_api.h>
 #include <gpumem/gpumem.h>
 
-#include "bench_device.hpp"
+#include "bench_common.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -73,28 +73,6 @@ void print_pattern(const Pattern& p) {
   std::printf("PATTERN free[0:5] %d %d %d %d %d\n", p.free_order[0], p.free_order[1], p.free_order[2], p.free_order[3],
               p.free_order[4]);
   std::printf("PATTERN total_bytes %" PRIu64 " digest %016" PRIx64 "\n", p.total_bytes, p.digest);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Failures: a row that fails is reported and skipped; the others still run.
-
-struct Failure : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-[[noreturn, gnu::noinline, gnu::cold]] void gpumem_failed(const char* call, gpumem_status_t st) {
-  throw Failure(std::string(call) + ": " + gpumem_status_name(st) + ": " + gpumem_last_error_detail());
-}
-[[noreturn, gnu::noinline, gnu::cold]] void cuda_failed(const char* call, cudaError_t e) {
-  throw Failure(std::string(call) + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
-}
-inline void check(gpumem_status_t st, const char* call) {
-  if (st != GPUMEM_SUCCESS) [[unlikely]]
-    gpumem_failed(call, st);
-}
-inline void check(cudaError_t e, const char* call) {
-  if (e != cudaSuccess) [[unlikely]]
-    cuda_failed(call, e);
 }
 
 size_t device_free_bytes() {

@@ -8,7 +8,7 @@
 
 #include <sys/mman.h>
 #include <unistd.h>
-#include "bench_device.hpp"
+#include "bench_common.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -26,28 +26,6 @@ namespace {
 constexpr size_t KiB = size_t{1} << 10;
 constexpr size_t MiB = size_t{1} << 20;
 constexpr size_t GiB = size_t{1} << 30;
-
-// ---------------------------------------------------------------------------------------------
-// Failures: a test that fails is reported and skipped; the others still run.
-
-struct Failure : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-[[noreturn, gnu::noinline, gnu::cold]] void gpumem_failed(const char* call, gpumem_status_t st) {
-  throw Failure(std::string(call) + ": " + gpumem_status_name(st) + ": " + gpumem_last_error_detail());
-}
-[[noreturn, gnu::noinline, gnu::cold]] void cuda_failed(const char* call, cudaError_t e) {
-  throw Failure(std::string(call) + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
-}
-inline void check(gpumem_status_t st, const char* call) {
-  if (st != GPUMEM_SUCCESS) [[unlikely]]
-    gpumem_failed(call, st);
-}
-inline void check(cudaError_t e, const char* call) {
-  if (e != cudaSuccess) [[unlikely]]
-    cuda_failed(call, e);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Host memory: fresh anonymous pages, touched, so that the first registration does not also pay
