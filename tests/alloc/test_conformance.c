@@ -122,15 +122,6 @@ static uint64_t mem(size_t n) { return kind->pool ? (uint64_t)((n + 511) / 512 *
 /* The raw value or the pool value, by kind. */
 #define RAW_OR_POOL(raw_value, pool_value) (kind->pool ? (uint64_t)(pool_value) : (uint64_t)(raw_value))
 
-static gpumem_allocator_stats_t stats_of(gpumem_allocator_t* a) {
-  gpumem_allocator_stats_t s;
-  memset(&s, 0xab, sizeof s); /* every field must be written */
-  s.struct_size = sizeof s;
-  assert_ok(gpumem_allocator_get_stats(a, &s));
-  assert_int_equal(s.struct_size, sizeof s);
-  return s;
-}
-
 static void assert_same_stats(const gpumem_allocator_stats_t* before, const gpumem_allocator_stats_t* after) {
   assert_int_equal(after->bytes_in_use, before->bytes_in_use);
   assert_int_equal(after->peak_bytes_in_use, before->peak_bytes_in_use);

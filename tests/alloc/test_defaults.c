@@ -24,14 +24,6 @@ static gpumem_allocator_t* host_allocator(void) {
   return a;
 }
 
-static gpumem_allocator_stats_t stats_of(gpumem_allocator_t* a) {
-  gpumem_allocator_stats_t s;
-  memset(&s, 0xab, sizeof s);
-  s.struct_size = sizeof s;
-  assert_ok(gpumem_allocator_get_stats(a, &s));
-  return s;
-}
-
 static gpumem_allocator_t* thread_override(void) {
   gpumem_allocator_t* current = (gpumem_allocator_t*)0x1;
   assert_ok(gpumem_allocator_get_thread(&current));

@@ -102,14 +102,6 @@ static gpumem_allocator_t* pool_over(gpumem_allocator_t* upstream) {
   return pool;
 }
 
-static gpumem_allocator_stats_t stats_of(gpumem_allocator_t* a) {
-  gpumem_allocator_stats_t s;
-  memset(&s, 0xab, sizeof s);
-  s.struct_size = sizeof s;
-  assert_ok(gpumem_allocator_get_stats(a, &s));
-  return s;
-}
-
 static void test_functions_allocator_arguments_reach_functions(void** state) {
   (void)state;
   calls_t c;

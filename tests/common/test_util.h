@@ -59,4 +59,23 @@ static inline int32_t gpu_count(void) {
     }                                                            \
   } while (0)
 
+/* An allocator's statistics, with every field first set to garbage so one left unwritten shows. */
+static inline gpumem_allocator_stats_t stats_of(gpumem_allocator_t* allocator) {
+  gpumem_allocator_stats_t s;
+  memset(&s, 0xab, sizeof s);
+  s.struct_size = sizeof s;
+  assert_ok(gpumem_allocator_get_stats(allocator, &s));
+  assert_int_equal(s.struct_size, sizeof s);
+  return s;
+}
+
+/* A pool's info, likewise. */
+static inline gpumem_pool_info_t pool_info_of(gpumem_allocator_t* pool) {
+  gpumem_pool_info_t i;
+  memset(&i, 0xab, sizeof i);
+  i.struct_size = sizeof i;
+  assert_ok(gpumem_pool_get_info(pool, &i));
+  return i;
+}
+
 #endif /* GPUMEM_TEST_UTIL_H */

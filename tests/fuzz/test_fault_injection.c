@@ -148,22 +148,6 @@ static void destroy_all(gpumem_allocator_t* pool, gpumem_allocator_t* upstream, 
   assert_false(f->size_mismatch);
 }
 
-static gpumem_allocator_stats_t stats_of(gpumem_allocator_t* allocator) {
-  gpumem_allocator_stats_t s;
-  memset(&s, 0, sizeof s);
-  s.struct_size = sizeof s;
-  assert_ok(gpumem_allocator_get_stats(allocator, &s));
-  return s;
-}
-
-static gpumem_pool_info_t info_of(gpumem_allocator_t* pool) {
-  gpumem_pool_info_t i;
-  memset(&i, 0, sizeof i);
-  i.struct_size = sizeof i;
-  assert_ok(gpumem_pool_get_info(pool, &i));
-  return i;
-}
-
 struct live {
   unsigned char* ptr;
   size_t size;
@@ -235,7 +219,7 @@ static void check_pool(gpumem_allocator_t* pool, gpumem_allocator_t* upstream, c
   assert_int_equal(s.bytes_reserved, f->bytes);
   assert_int_equal(s.upstream_alloc_count, f->alloc_ok);
   assert_int_equal(s.upstream_free_count, f->free_ok);
-  const gpumem_pool_info_t i = info_of(pool);
+  const gpumem_pool_info_t i = pool_info_of(pool);
   assert_int_equal(i.used_bytes, m->in_use);
   assert_int_equal(i.total_bytes, f->bytes);
   assert_int_equal(i.used_bytes + i.free_bytes, i.total_bytes);
@@ -311,7 +295,7 @@ static void model_free(gpumem_allocator_t* a, struct model* m, size_t index, siz
 /* Returns cached blocks; a block the upstream refuses to take back stays in the pool. */
 static void pool_release(gpumem_allocator_t* pool, struct faulty* f, gpumem_stream_t stream, uint32_t flags) {
   const uint64_t failed_before = f->free_failed;
-  const gpumem_pool_info_t before = info_of(pool);
+  const gpumem_pool_info_t before = pool_info_of(pool);
   const gpumem_status_t st = gpumem_pool_release(pool, stream, flags);
   if (f->free_failed != failed_before) {
     assert_status(st, GPUMEM_ERROR_DRIVER);
@@ -319,7 +303,7 @@ static void pool_release(gpumem_allocator_t* pool, struct faulty* f, gpumem_stre
   } else {
     assert_ok(st);
   }
-  const gpumem_pool_info_t after = info_of(pool);
+  const gpumem_pool_info_t after = pool_info_of(pool);
   assert_int_equal(after.used_bytes, before.used_bytes);
   assert_true(after.total_bytes <= before.total_bytes);
 }
@@ -368,7 +352,7 @@ static void run_pool(uint64_t seed, uint64_t limit, unsigned oom, unsigned drive
   check_pool(pool, upstream, &m, &f, limit);
   assert_int_equal(f.count, 0);
   assert_int_equal(f.bytes, 0);
-  assert_int_equal(info_of(pool).total_bytes, 0);
+  assert_int_equal(pool_info_of(pool).total_bytes, 0);
   destroy_all(pool, upstream, &f);
 }
 
@@ -464,7 +448,7 @@ static void test_fault_injection_pool_failed_free_stays_cached(void** state) {
   assert_detail_contains("the caller's free function returned GPUMEM_ERROR_DRIVER");
   assert_int_equal(f.free_calls, 2);
   /* Both still the pool's, cached and counted, and still reusable. */
-  gpumem_pool_info_t i = info_of(pool);
+  gpumem_pool_info_t i = pool_info_of(pool);
   assert_int_equal(i.total_bytes, 4096 + 8192);
   assert_int_equal(i.free_bytes, 4096 + 8192);
   assert_int_equal(i.free_block_count, 2);
@@ -482,7 +466,7 @@ static void test_fault_injection_pool_failed_free_stays_cached(void** state) {
   f.free_fail_percent = 0;
   assert_ok(gpumem_pool_release(pool, NULL, GPUMEM_POOL_RELEASE_ALL_STREAMS));
   assert_int_equal(f.count, 0);
-  i = info_of(pool);
+  i = pool_info_of(pool);
   assert_int_equal(i.total_bytes, 0);
   assert_int_equal(i.free_block_count, 0);
   s = stats_of(pool);
@@ -508,7 +492,7 @@ static void test_fault_injection_pool_retry_survives_failed_free(void** state) {
   assert_int_equal(f.alloc_calls, 3);
   assert_int_equal(f.free_failed, 1);
   assert_int_equal(f.count, 2);
-  gpumem_pool_info_t i = info_of(pool);
+  gpumem_pool_info_t i = pool_info_of(pool);
   assert_int_equal(i.total_bytes, 4096 + 8192);
   assert_int_equal(i.used_bytes, 8192);
   assert_int_equal(i.free_bytes, 4096);

@@ -38,22 +38,6 @@ static inline int teardown(void** state) {
   return 0;
 }
 
-static inline gpumem_allocator_stats_t stats_of(gpumem_allocator_t* allocator) {
-  gpumem_allocator_stats_t s;
-  memset(&s, 0, sizeof s);
-  s.struct_size = sizeof s;
-  assert_ok(gpumem_allocator_get_stats(allocator, &s));
-  return s;
-}
-
-static inline gpumem_pool_info_t info_of(gpumem_allocator_t* pool) {
-  gpumem_pool_info_t i;
-  memset(&i, 0, sizeof i);
-  i.struct_size = sizeof i;
-  assert_ok(gpumem_pool_get_info(pool, &i));
-  return i;
-}
-
 static inline void* alloc_ok(gpumem_allocator_t* pool, size_t size, gpumem_stream_t stream) {
   void* p = NULL;
   assert_ok(gpumem_alloc(pool, size, stream, &p));

@@ -34,7 +34,7 @@ static void assert_info_equal(const gpumem_pool_info_t* a, const gpumem_pool_inf
 
 /* What the pool says it holds is what its upstream has handed out, to the byte. */
 static void assert_holds(const struct fixture* f, uint64_t total) {
-  gpumem_pool_info_t info = info_of(f->pool);
+  gpumem_pool_info_t info = pool_info_of(f->pool);
   assert_int_equal(info.total_bytes, total);
   assert_int_equal(info.used_bytes + info.free_bytes, total);
   assert_int_equal(stats_of(f->pool).bytes_reserved, total);
@@ -51,7 +51,7 @@ static struct snapshot snap(const struct fixture* f) {
   struct snapshot s;
   s.pool = stats_of(f->pool);
   s.host = stats_of(f->host);
-  s.info = info_of(f->pool);
+  s.info = pool_info_of(f->pool);
   return s;
 }
 
@@ -83,7 +83,7 @@ static void test_pool_rounds_to_512(void** state) {
   assert_int_equal(s.bytes_in_use, 2048);
   assert_int_equal(s.bytes_requested, 1026);
   assert_int_equal(s.alloc_count, 3);
-  assert_int_equal(info_of(f->pool).used_bytes, 2048);
+  assert_int_equal(pool_info_of(f->pool).used_bytes, 2048);
   /* Each came from the upstream at exactly its rounded size. */
   gpumem_allocator_stats_t h = stats_of(f->host);
   assert_int_equal(h.alloc_count, 3);
@@ -99,7 +99,7 @@ static void test_pool_rounds_to_512(void** state) {
   assert_int_equal(s.bytes_in_use, 0);
   assert_int_equal(s.bytes_requested, 0);
   assert_int_equal(s.free_count, 3);
-  gpumem_pool_info_t info = info_of(f->pool);
+  gpumem_pool_info_t info = pool_info_of(f->pool);
   assert_int_equal(info.free_bytes, 2048);
   assert_int_equal(info.free_block_count, 3);
   assert_holds(f, 2048); /* cached, not returned */
@@ -118,7 +118,7 @@ static void test_pool_reuses_freed_block(void** state) {
   assert_int_equal(s.upstream_alloc_count, 1);
   assert_int_equal(s.alloc_count, 2);
   assert_int_equal(s.bytes_requested, 4000);
-  gpumem_pool_info_t info = info_of(f->pool);
+  gpumem_pool_info_t info = pool_info_of(f->pool);
   assert_int_equal(info.used_bytes, 4096);
   assert_int_equal(info.free_block_count, 0);
   assert_holds(f, 4096);
@@ -138,13 +138,13 @@ static void test_pool_best_fit(void** state) {
   assert_ok(gpumem_free(f->pool, b, NULL));
   assert_ok(gpumem_free(f->pool, a, NULL));
   assert_ok(gpumem_free(f->pool, c, NULL));
-  gpumem_pool_info_t info = info_of(f->pool);
+  gpumem_pool_info_t info = pool_info_of(f->pool);
   assert_int_equal(info.free_block_count, 3);
   assert_int_equal(info.free_bytes, 28 * KIB);
 
   void* six = alloc_ok(f->pool, 6 * KIB, NULL);
   assert_ptr_equal(six, b);
-  info = info_of(f->pool);
+  info = pool_info_of(f->pool);
   assert_int_equal(info.free_block_count, 3); /* 4 KiB, the 2 KiB remainder, 16 KiB */
   assert_int_equal(info.free_bytes, (4 + 2 + 16) * KIB);
 
@@ -154,7 +154,7 @@ static void test_pool_best_fit(void** state) {
   /* The remainder of the 8 KiB block fits 2 KiB exactly. */
   void* two = alloc_ok(f->pool, 2 * KIB, NULL);
   assert_ptr_equal(two, at(b, 6 * KIB));
-  info = info_of(f->pool);
+  info = pool_info_of(f->pool);
   assert_int_equal(info.free_block_count, 2); /* 1 KiB after the 3 KiB, and 16 KiB */
   assert_int_equal(info.free_bytes, 17 * KIB);
   assert_int_equal(stats_of(f->host).alloc_count, 6);
@@ -185,7 +185,7 @@ static void test_pool_splits_block(void** state) {
   assert_int_equal(*at(p2, 256 * KIB - 1), 2);
 
   assert_int_equal(stats_of(f->host).alloc_count, 1);
-  gpumem_pool_info_t info = info_of(f->pool);
+  gpumem_pool_info_t info = pool_info_of(f->pool);
   assert_int_equal(info.used_bytes, 768 * KIB + 512);
   assert_int_equal(info.free_bytes, 256 * KIB - 512);
   assert_int_equal(info.free_block_count, 1);
@@ -206,22 +206,22 @@ static void test_pool_merges_on_free(void** state) {
     p[i] = alloc_ok(f->pool, 256 * KIB, NULL);
     assert_ptr_equal(p[i], at(base, (size_t)i * 256 * KIB));
   }
-  assert_int_equal(info_of(f->pool).free_block_count, 0);
+  assert_int_equal(pool_info_of(f->pool).free_block_count, 0);
 
   /* Two apart: no merge. */
   assert_ok(gpumem_free(f->pool, p[1], NULL));
   assert_ok(gpumem_free(f->pool, p[3], NULL));
-  gpumem_pool_info_t info = info_of(f->pool);
+  gpumem_pool_info_t info = pool_info_of(f->pool);
   assert_int_equal(info.free_block_count, 2);
   assert_int_equal(info.free_bytes, 512 * KIB);
   /* Between two free neighbours: all three become one. */
   assert_ok(gpumem_free(f->pool, p[2], NULL));
-  info = info_of(f->pool);
+  info = pool_info_of(f->pool);
   assert_int_equal(info.free_block_count, 1);
   assert_int_equal(info.free_bytes, 768 * KIB);
   /* Before a free neighbour: the whole block again. */
   assert_ok(gpumem_free(f->pool, p[0], NULL));
-  info = info_of(f->pool);
+  info = pool_info_of(f->pool);
   assert_int_equal(info.free_block_count, 1);
   assert_int_equal(info.free_bytes, MIB);
   assert_int_equal(info.used_bytes, 0);
@@ -239,7 +239,7 @@ static void test_pool_merges_on_free(void** state) {
   gpumem_allocator_stats_t s = stats_of(f->pool);
   assert_int_equal(s.bytes_reserved, 0);
   assert_int_equal(s.upstream_free_count, 1);
-  info = info_of(f->pool);
+  info = pool_info_of(f->pool);
   assert_int_equal(info.total_bytes, 0);
   assert_int_equal(info.free_bytes, 0);
   assert_int_equal(info.free_block_count, 0);
@@ -257,7 +257,7 @@ static void test_pool_release_keeps_split_blocks(void** state) {
 
   assert_ok(gpumem_pool_release(f->pool, NULL, GPUMEM_POOL_RELEASE_ALL_STREAMS));
   assert_holds(f, 64 * KIB);
-  gpumem_pool_info_t info = info_of(f->pool);
+  gpumem_pool_info_t info = pool_info_of(f->pool);
   assert_int_equal(info.used_bytes, 512);
   assert_int_equal(info.free_bytes, 64 * KIB - 512);
   assert_int_equal(info.free_block_count, 1);
@@ -278,7 +278,7 @@ static void test_pool_arena_per_stream(void** state) {
   void* pb = alloc_ok(f->pool, 4 * KIB, STREAM_B);
   assert_ptr_not_equal(pb, pa);
   assert_int_equal(stats_of(f->host).alloc_count, 2);
-  assert_int_equal(info_of(f->pool).arena_count, 2);
+  assert_int_equal(pool_info_of(f->pool).arena_count, 2);
   assert_ok(gpumem_free(f->pool, pb, STREAM_B));
 
   assert_ptr_equal(alloc_ok(f->pool, 4 * KIB, STREAM_A), pa);
@@ -291,7 +291,7 @@ static void test_pool_arena_per_stream(void** state) {
   assert_ptr_equal(alloc_ok(f->pool, 4 * KIB, STREAM_A), pa);
   assert_ptr_equal(alloc_ok(f->pool, 4 * KIB, STREAM_B), pb);
   assert_int_equal(stats_of(f->host).alloc_count, 2);
-  assert_int_equal(info_of(f->pool).arena_count, 2);
+  assert_int_equal(pool_info_of(f->pool).arena_count, 2);
   assert_ok(gpumem_free(f->pool, pa, STREAM_A));
   assert_ok(gpumem_free(f->pool, pb, STREAM_B));
 }
@@ -304,13 +304,13 @@ static void test_pool_default_streams_share_arena(void** state) {
   assert_ok(gpumem_free(f->pool, p, GPUMEM_STREAM_LEGACY));
   assert_ptr_equal(alloc_ok(f->pool, 4 * KIB, NULL), p);
   assert_ok(gpumem_free(f->pool, p, NULL));
-  assert_int_equal(info_of(f->pool).arena_count, 1);
+  assert_int_equal(pool_info_of(f->pool).arena_count, 1);
   assert_int_equal(stats_of(f->host).alloc_count, 1);
 
   /* The per-thread default stream is another stream, also on the main thread. */
   void* q = alloc_ok(f->pool, 4 * KIB, GPUMEM_STREAM_PER_THREAD);
   assert_ptr_not_equal(q, p);
-  assert_int_equal(info_of(f->pool).arena_count, 2);
+  assert_int_equal(pool_info_of(f->pool).arena_count, 2);
   assert_int_equal(stats_of(f->host).alloc_count, 2);
   assert_ok(gpumem_free(f->pool, q, GPUMEM_STREAM_PER_THREAD));
 }
@@ -339,7 +339,7 @@ static void test_pool_per_thread_stream_per_thread(void** state) {
   struct fixture* f = *state;
   void* p = alloc_ok(f->pool, 4 * KIB, GPUMEM_STREAM_PER_THREAD);
   assert_ok(gpumem_free(f->pool, p, GPUMEM_STREAM_PER_THREAD));
-  assert_int_equal(info_of(f->pool).arena_count, 1);
+  assert_int_equal(pool_info_of(f->pool).arena_count, 1);
 
   struct per_thread_run r = {f->pool, NULL, NULL, GPUMEM_ERROR_INTERNAL, 0};
   pthread_t thread;
@@ -367,7 +367,7 @@ static void cache_three_arenas(struct fixture* f, void** pa, void** pb, void** p
   assert_ok(gpumem_free(f->pool, *pb, STREAM_B));
   assert_ok(gpumem_free(f->pool, *pn, NULL));
   assert_holds(f, 28 * KIB);
-  assert_int_equal(info_of(f->pool).free_block_count, 3);
+  assert_int_equal(pool_info_of(f->pool).free_block_count, 3);
 }
 
 static void test_pool_release_one_stream(void** state) {
@@ -377,7 +377,7 @@ static void test_pool_release_one_stream(void** state) {
 
   assert_ok(gpumem_pool_release(f->pool, STREAM_A, 0));
   assert_holds(f, 24 * KIB);
-  assert_int_equal(info_of(f->pool).free_block_count, 2);
+  assert_int_equal(pool_info_of(f->pool).free_block_count, 2);
   assert_int_equal(stats_of(f->host).free_count, 1);
 
   /* NULL names the legacy stream's arena, as it does for allocation. */
@@ -399,7 +399,7 @@ static void test_pool_release_all_streams(void** state) {
   /* The stream is ignored with the flag. */
   assert_ok(gpumem_pool_release(f->pool, STREAM_A, GPUMEM_POOL_RELEASE_ALL_STREAMS));
   assert_holds(f, 0);
-  gpumem_pool_info_t info = info_of(f->pool);
+  gpumem_pool_info_t info = pool_info_of(f->pool);
   assert_int_equal(info.free_block_count, 0);
   assert_int_equal(info.free_bytes, 0);
   gpumem_allocator_stats_t h = stats_of(f->host);

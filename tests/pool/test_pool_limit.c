@@ -19,7 +19,7 @@ static void assert_out_of_memory(gpumem_allocator_t* pool, size_t size, gpumem_s
 static void test_pool_limit_refuses_beyond(void** state) {
   struct fixture* f = *state;
   assert_ok(gpumem_pool_set_limit(f->pool, MIB));
-  assert_int_equal(info_of(f->pool).limit, MIB);
+  assert_int_equal(pool_info_of(f->pool).limit, MIB);
 
   void* a = alloc_ok(f->pool, 512 * KIB, NULL);
   void* b = alloc_ok(f->pool, 256 * KIB, NULL);
@@ -79,7 +79,7 @@ static void test_pool_limit_larger_than_limit(void** state) {
   const gpumem_allocator_stats_t before = stats_of(f->pool);
   assert_out_of_memory(f->pool, 200000, NULL);
   assert_detail_contains("which the request alone exceeds");
-  assert_int_equal(info_of(f->pool).free_bytes, 99840);
+  assert_int_equal(pool_info_of(f->pool).free_bytes, 99840);
   assert_int_equal(stats_of(f->host).bytes_in_use, 99840);
   assert_int_equal(stats_of(f->pool).retry_count, before.retry_count);
 }
@@ -91,7 +91,7 @@ static void test_pool_limit_releases_cached_blocks(void** state) {
   void* p[4];
   for (int i = 0; i < 4; ++i) p[i] = alloc_ok(f->pool, 256 * KIB, i < 2 ? STREAM_A : NULL);
   for (int i = 0; i < 4; ++i) assert_ok(gpumem_free(f->pool, p[i], i < 2 ? STREAM_A : NULL));
-  gpumem_pool_info_t info = info_of(f->pool);
+  gpumem_pool_info_t info = pool_info_of(f->pool);
   assert_int_equal(info.free_block_count, 4);
   assert_int_equal(info.total_bytes, MIB);
   const gpumem_allocator_stats_t before = stats_of(f->pool);
@@ -107,7 +107,7 @@ static void test_pool_limit_releases_cached_blocks(void** state) {
   assert_int_equal(h.free_count, 4);
   assert_int_equal(h.alloc_count, 5);
   assert_int_equal(h.bytes_in_use, 512 * KIB);
-  info = info_of(f->pool);
+  info = pool_info_of(f->pool);
   assert_int_equal(info.total_bytes, 512 * KIB);
   assert_int_equal(info.free_block_count, 0);
   assert_ok(gpumem_free(f->pool, big, STREAM_B));
@@ -137,7 +137,7 @@ static void test_pool_limit_below_what_pool_holds(void** state) {
   void* base = alloc_ok(f->pool, MIB, NULL);
   assert_ok(gpumem_free(f->pool, base, NULL));
   assert_ok(gpumem_pool_set_limit(f->pool, 512 * KIB));
-  assert_int_equal(info_of(f->pool).limit, 512 * KIB);
+  assert_int_equal(pool_info_of(f->pool).limit, 512 * KIB);
   /* Cached memory is still used. */
   void* p = alloc_ok(f->pool, 768 * KIB, NULL);
   assert_ptr_equal(p, base);
@@ -151,7 +151,7 @@ static void test_pool_limit_zero_removes_limit(void** state) {
   assert_ok(gpumem_pool_set_limit(f->pool, 512 * KIB));
   assert_out_of_memory(f->pool, MIB, NULL);
   assert_ok(gpumem_pool_set_limit(f->pool, 0));
-  assert_int_equal(info_of(f->pool).limit, 0);
+  assert_int_equal(pool_info_of(f->pool).limit, 0);
   void* p = alloc_ok(f->pool, MIB, NULL);
   assert_int_equal(stats_of(f->host).bytes_in_use, MIB);
   assert_ok(gpumem_free(f->pool, p, NULL));
@@ -166,7 +166,7 @@ static void test_pool_limit_at_create(void** state) {
   params.upstream = host;
   params.limit = 64 * KIB;
   assert_ok(gpumem_pool_create(&params, &pool));
-  assert_int_equal(info_of(pool).limit, 64 * KIB);
+  assert_int_equal(pool_info_of(pool).limit, 64 * KIB);
   assert_out_of_memory(pool, 64 * KIB + 1, NULL);
   assert_detail_contains("limit 65,536");
   void* p = alloc_ok(pool, 64 * KIB, NULL);
@@ -186,7 +186,7 @@ static void test_pool_limit_fraction_on_host_pool(void** state) {
     assert_detail_contains("is not in (0, 1]");
   }
   /* The limit set before is untouched. */
-  assert_int_equal(info_of(f->pool).limit, MIB);
+  assert_int_equal(pool_info_of(f->pool).limit, MIB);
 }
 
 /* What a reclaim callback saw, and the garbage it may drop. */
@@ -403,7 +403,7 @@ static void test_pool_limit_environment_ignored_for_host(void** state) {
   gpumem_status_t st = gpumem_pool_create(&params, &pool);
   unsetenv("GPUMEM_GPU_MEMORY_LIMIT");
   assert_ok(st);
-  assert_int_equal(info_of(pool).limit, 0);
+  assert_int_equal(pool_info_of(pool).limit, 0);
   void* p = alloc_ok(pool, MIB, NULL);
   assert_ok(gpumem_free(pool, p, NULL));
   assert_ok(gpumem_allocator_destroy(pool));
@@ -426,7 +426,7 @@ static gpumem_status_t create_with_env(gpumem_allocator_t* dev, const char* valu
 static uint64_t env_limit(gpumem_allocator_t* dev, const char* value) {
   gpumem_allocator_t* pool = NULL;
   assert_ok(create_with_env(dev, value, &pool));
-  uint64_t limit = info_of(pool).limit;
+  uint64_t limit = pool_info_of(pool).limit;
   assert_ok(gpumem_allocator_destroy(pool));
   return limit;
 }
@@ -468,13 +468,13 @@ static void test_pool_limit_environment_device(void** state) {
   /* The limit is enforced on device memory, and gpumem_pool_set_limit overrides the variable. */
   gpumem_allocator_t* pool = NULL;
   assert_ok(create_with_env(dev, "1MiB", &pool));
-  assert_int_equal(info_of(pool).limit, MIB);
+  assert_int_equal(pool_info_of(pool).limit, MIB);
   void* p = alloc_ok(pool, 512 * KIB, NULL);
   assert_out_of_memory(pool, 768 * KIB, NULL);
   assert_detail_contains("on device 0");
   assert_detail_contains("limit 1,048,576");
   assert_ok(gpumem_pool_set_limit(pool, 2 * MIB));
-  assert_int_equal(info_of(pool).limit, 2 * MIB);
+  assert_int_equal(pool_info_of(pool).limit, 2 * MIB);
   void* q = alloc_ok(pool, 768 * KIB, NULL);
   assert_ok(gpumem_free(pool, p, NULL));
   assert_ok(gpumem_free(pool, q, NULL));
@@ -488,7 +488,7 @@ static void test_pool_limit_environment_device(void** state) {
   gpumem_status_t st = gpumem_pool_create(&params, &pool);
   unsetenv("GPUMEM_GPU_MEMORY_LIMIT");
   assert_ok(st);
-  assert_int_equal(info_of(pool).limit, 2 * MIB);
+  assert_int_equal(pool_info_of(pool).limit, 2 * MIB);
   assert_ok(gpumem_allocator_destroy(pool));
 
   assert_ok(gpumem_allocator_destroy(dev));
@@ -509,14 +509,14 @@ static void test_pool_limit_fraction_device(void** state) {
   params.upstream = dev;
   params.limit_fraction = 0.25;
   assert_ok(gpumem_pool_create(&params, &pool));
-  assert_int_equal(info_of(pool).limit, total / 4);
+  assert_int_equal(pool_info_of(pool).limit, total / 4);
   assert_ok(gpumem_pool_set_limit_fraction(pool, 0.5));
-  assert_int_equal(info_of(pool).limit, total / 2);
+  assert_int_equal(pool_info_of(pool).limit, total / 2);
   assert_status(gpumem_pool_set_limit_fraction(pool, 1.5), GPUMEM_ERROR_INVALID_ARGUMENT);
   assert_detail_contains("is not in (0, 1]");
-  assert_int_equal(info_of(pool).limit, total / 2);
+  assert_int_equal(pool_info_of(pool).limit, total / 2);
   assert_ok(gpumem_pool_set_limit(pool, 0));
-  assert_int_equal(info_of(pool).limit, 0);
+  assert_int_equal(pool_info_of(pool).limit, 0);
   assert_ok(gpumem_allocator_destroy(pool));
   assert_ok(gpumem_allocator_destroy(dev));
 }

@@ -107,22 +107,6 @@ static void* hammer(void* arg) {
   return NULL;
 }
 
-static gpumem_allocator_stats_t stats_of(gpumem_allocator_t* allocator) {
-  gpumem_allocator_stats_t s;
-  memset(&s, 0, sizeof s);
-  s.struct_size = sizeof s;
-  assert_ok(gpumem_allocator_get_stats(allocator, &s));
-  return s;
-}
-
-static gpumem_pool_info_t info_of(gpumem_allocator_t* pool) {
-  gpumem_pool_info_t i;
-  memset(&i, 0, sizeof i);
-  i.struct_size = sizeof i;
-  assert_ok(gpumem_pool_get_info(pool, &i));
-  return i;
-}
-
 /* Runs the hammer on THREADS threads, each on the stream stream_of gives it; returns the allocations made. */
 static uint64_t run_hammer(gpumem_allocator_t* pool, gpumem_stream_t (*stream_of)(int)) {
   struct shared shared;
@@ -158,7 +142,7 @@ static void assert_all_returned(gpumem_allocator_t* pool, gpumem_allocator_t* ho
   assert_int_equal(s.alloc_count, allocs);
   assert_int_equal(s.free_count, allocs);
   assert_int_equal(s.oom_count, 0);
-  gpumem_pool_info_t info = info_of(pool);
+  gpumem_pool_info_t info = pool_info_of(pool);
   assert_int_equal(info.used_bytes, 0);
   assert_int_equal(info.free_bytes, info.total_bytes);
   assert_int_equal(stats_of(host).bytes_in_use, info.total_bytes);
@@ -169,7 +153,7 @@ static void assert_all_returned(gpumem_allocator_t* pool, gpumem_allocator_t* ho
   gpumem_allocator_stats_t h = stats_of(host);
   assert_int_equal(h.bytes_in_use, 0);
   assert_int_equal(h.alloc_count, h.free_count);
-  info = info_of(pool);
+  info = pool_info_of(pool);
   assert_int_equal(info.total_bytes, 0);
   assert_int_equal(info.free_block_count, 0);
 }
@@ -203,7 +187,7 @@ static void test_threads_pool_one_stream(void** state) {
   gpumem_allocator_t *host, *pool;
   make_pool(&host, &pool);
   uint64_t allocs = run_hammer(pool, default_stream);
-  assert_int_equal(info_of(pool).arena_count, 1);
+  assert_int_equal(pool_info_of(pool).arena_count, 1);
   assert_all_returned(pool, host, allocs);
   destroy_pool(host, pool);
 }
@@ -213,12 +197,12 @@ static void test_threads_pool_own_streams(void** state) {
   gpumem_allocator_t *host, *pool;
   make_pool(&host, &pool);
   uint64_t allocs = run_hammer(pool, own_stream);
-  assert_int_equal(info_of(pool).arena_count, THREADS);
+  assert_int_equal(pool_info_of(pool).arena_count, THREADS);
 
   /* Releasing one thread's stream leaves the others' cached blocks. */
-  const uint64_t total = info_of(pool).total_bytes;
+  const uint64_t total = pool_info_of(pool).total_bytes;
   assert_ok(gpumem_pool_release(pool, own_stream(0), 0));
-  const uint64_t after = info_of(pool).total_bytes;
+  const uint64_t after = pool_info_of(pool).total_bytes;
   assert_true(after < total);
   assert_true(after > 0);
   assert_int_equal(stats_of(host).bytes_in_use, after);
@@ -232,7 +216,7 @@ static void test_threads_pool_per_thread_stream(void** state) {
   gpumem_allocator_t *host, *pool;
   make_pool(&host, &pool);
   uint64_t allocs = run_hammer(pool, per_thread_stream);
-  assert_int_equal(info_of(pool).arena_count, THREADS);
+  assert_int_equal(pool_info_of(pool).arena_count, THREADS);
   assert_all_returned(pool, host, allocs);
   destroy_pool(host, pool);
 }
