@@ -8,62 +8,12 @@
 
 #include "test_cuda.h"
 
+#include "alloc_kinds.h"
+
 #define KiB ((size_t)1024)
 #define MiB (KiB * KiB)
 
 /* ---- The kinds ---- */
-
-/* An allocator supplied by the caller, over malloc. */
-static gpumem_status_t malloc_alloc(void* context, size_t size, int32_t device, gpumem_stream_t stream,
-                                    void** out_ptr) {
-  (void)context;
-  (void)device;
-  (void)stream;
-  /* Refused here rather than by malloc: AddressSanitizer aborts on an impossible size instead of
-   * returning NULL, and an impossible size is what the SIZE_MAX test asks for. */
-  if (size > ((size_t)1 << 40)) return GPUMEM_ERROR_OUT_OF_MEMORY;
-  void* p = malloc(size);
-  if (!p) return GPUMEM_ERROR_OUT_OF_MEMORY;
-  *out_ptr = p;
-  return GPUMEM_SUCCESS;
-}
-
-static gpumem_status_t malloc_free(void* context, void* ptr, size_t size, int32_t device, gpumem_stream_t stream) {
-  (void)context;
-  (void)size;
-  (void)device;
-  (void)stream;
-  free(ptr);
-  return GPUMEM_SUCCESS;
-}
-
-static gpumem_status_t create_host(gpumem_allocator_t** out) { return gpumem_allocator_create_host(0, out); }
-
-static gpumem_status_t create_functions(gpumem_allocator_t** out) {
-  gpumem_allocator_functions_t f;
-  memset(&f, 0, sizeof f);
-  f.struct_size = sizeof f;
-  f.device = -1;
-  f.alloc = malloc_alloc;
-  f.free = malloc_free;
-  return gpumem_allocator_create_functions(&f, out);
-}
-
-static gpumem_status_t create_device(gpumem_allocator_t** out) { return gpumem_allocator_create_device(0, out); }
-
-static gpumem_status_t create_device_async(gpumem_allocator_t** out) {
-  return gpumem_allocator_create_device_async(0, NULL, out);
-}
-
-static gpumem_status_t create_device_async_default_pool(gpumem_allocator_t** out) {
-  return gpumem_allocator_create_device_async(0, test_default_pool(0), out);
-}
-
-static gpumem_status_t create_managed(gpumem_allocator_t** out) {
-  return gpumem_allocator_create_managed(0, GPUMEM_MANAGED_ATTACH_GLOBAL, out);
-}
-
-static gpumem_status_t create_pinned(gpumem_allocator_t** out) { return gpumem_allocator_create_pinned(0, out); }
 
 typedef struct kind {
   const char* name;
