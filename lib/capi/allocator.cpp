@@ -73,13 +73,8 @@ GPUMEM_API gpumem_status_t gpumem_allocator_create_host(size_t alignment, gpumem
 
 GPUMEM_API gpumem_status_t gpumem_allocator_create_functions(const gpumem_allocator_functions_t* functions,
                                                              gpumem_allocator_t** out_allocator) {
-  return create(out_allocator, [&] {
-    require(functions != nullptr, "functions is NULL");
-    if (functions->struct_size < sizeof(gpumem_allocator_functions_t))
-      gpumem::fail(GPUMEM_ERROR_INVALID_ARGUMENT, "functions->struct_size is %zu; set it to sizeof (%zu)",
-                   functions->struct_size, sizeof(gpumem_allocator_functions_t));
-    return gpumem::alloc::make_functions(*functions);
-  });
+  return create(out_allocator,
+                [&] { return gpumem::alloc::make_functions(gpumem::capi::in_struct(functions, "functions")); });
 }
 
 GPUMEM_API gpumem_status_t gpumem_allocator_destroy(gpumem_allocator_t* allocator) {

@@ -9,11 +9,8 @@ extern "C" {
 
 GPUMEM_API gpumem_status_t gpumem_array_desc_init(gpumem_array_desc_t* desc, size_t struct_size) {
   return guard([&] {
-    gpumem::require_out(desc, "desc");
-    if (struct_size < sizeof(gpumem_array_desc_t))
-      gpumem::fail(GPUMEM_ERROR_INVALID_ARGUMENT, "struct_size is %zu; pass sizeof(gpumem_array_desc_t) (%zu)",
-                   struct_size, sizeof(gpumem_array_desc_t));
-    *desc = gpumem_array_desc_t GPUMEM_ARRAY_DESC_INIT;
+    gpumem::capi::init_struct(desc, "desc", struct_size, "gpumem_array_desc_t",
+                              gpumem_array_desc_t GPUMEM_ARRAY_DESC_INIT);
   });
 }
 
@@ -21,11 +18,7 @@ GPUMEM_API gpumem_status_t gpumem_array_create(const gpumem_array_desc_t* desc, 
   return guard([&] {
     gpumem::require_out(out_array, "out_array");
     *out_array = nullptr;
-    gpumem::require(desc != nullptr, "desc is NULL");
-    if (desc->struct_size < sizeof(gpumem_array_desc_t))
-      gpumem::fail(GPUMEM_ERROR_INVALID_ARGUMENT, "desc->struct_size is %zu; set it to sizeof (%zu)", desc->struct_size,
-                   sizeof(gpumem_array_desc_t));
-    *out_array = gpumem::memory::array_create(*desc);
+    *out_array = gpumem::memory::array_create(gpumem::capi::in_struct(desc, "desc"));
   });
 }
 

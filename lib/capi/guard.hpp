@@ -57,4 +57,26 @@ void fill_struct(T* out, const char* name, Fill&& fill) {
   dest = result;
 }
 
+// Checks a caller's input struct: not NULL, and at least its first released size.
+template <class T>
+const T& in_struct(const T* in, const char* name) {
+  if (!in) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s is NULL", name);
+  if (in->struct_size > kMaxStructSize)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s->struct_size is %zu, more than any gpumem struct; set it to sizeof (%zu)",
+         name, in->struct_size, sizeof(T));
+  if (in->struct_size < sizeof(T))
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s->struct_size is %zu; set it to sizeof (%zu)", name, in->struct_size,
+         sizeof(T));
+  return *in;
+}
+
+// The body of gpumem_<x>_init(): fills *out with the defaults of its INIT macro.
+template <class T>
+void init_struct(T* out, const char* name, size_t struct_size, const char* type, const T& defaults) {
+  require_out(out, name);
+  if (struct_size < sizeof(T))
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "struct_size is %zu; pass sizeof(%s) (%zu)", struct_size, type, sizeof(T));
+  *out = defaults;
+}
+
 }  // namespace gpumem::capi

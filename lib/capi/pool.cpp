@@ -40,11 +40,8 @@ extern "C" {
 
 GPUMEM_API gpumem_status_t gpumem_pool_params_init(gpumem_pool_params_t* params, size_t struct_size) {
   return guard([&] {
-    require_out(params, "params");
-    if (struct_size < sizeof(gpumem_pool_params_t))
-      fail(GPUMEM_ERROR_INVALID_ARGUMENT, "struct_size is %zu; pass sizeof(gpumem_pool_params_t) (%zu)", struct_size,
-           sizeof(gpumem_pool_params_t));
-    *params = gpumem_pool_params_t GPUMEM_POOL_PARAMS_INIT;
+    gpumem::capi::init_struct(params, "params", struct_size, "gpumem_pool_params_t",
+                              gpumem_pool_params_t GPUMEM_POOL_PARAMS_INIT);
   });
 }
 
@@ -52,10 +49,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_create(const gpumem_pool_params_t* params
   return guard([&] {
     require_out(out_pool, "out_pool");
     *out_pool = nullptr;
-    require(params != nullptr, "params is NULL");
-    if (params->struct_size < sizeof(gpumem_pool_params_t))
-      fail(GPUMEM_ERROR_INVALID_ARGUMENT, "params->struct_size is %zu; set it to sizeof (%zu)", params->struct_size,
-           sizeof(gpumem_pool_params_t));
+    gpumem::capi::in_struct(params, "params");
     require(params->upstream != nullptr, "params->upstream is NULL");
     Allocator* upstream = Allocator::from(params->upstream);
     if (params->limit && params->limit_fraction != 0)

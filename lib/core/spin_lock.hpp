@@ -9,17 +9,22 @@
 
 namespace gpumem {
 
+// One short wait in a spin loop, easing the core's sibling thread.
+inline void spin_pause() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 class SpinLock {
  public:
   void lock() noexcept {
     while (locked_.exchange(true, std::memory_order_acquire)) {
       for (int spins = 0; locked_.load(std::memory_order_relaxed); ++spins) {
         if (spins < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-          __builtin_ia32_pause();
-#elif defined(__aarch64__)
-          asm volatile("yield");
-#endif
+          spin_pause();
         } else {
           std::this_thread::yield();
         }

@@ -239,9 +239,14 @@ void throw_result(CUresult result, const std::string& what) {
   Loaded& l = loaded();
   if (l.api.cuGetErrorName) l.api.cuGetErrorName(result, &name);
   if (l.api.cuGetErrorString) l.api.cuGetErrorString(result, &message);
+  // The driver's words for these do not say that a graph capture is the cause.
+  const char* hint = status_of(result) == GPUMEM_ERROR_STREAM_CAPTURE
+                         ? "; a stream is being captured into a CUDA graph, and synchronous work or work on the "
+                           "legacy stream is not allowed during the capture: queue it on the capturing stream"
+                         : "";
   throw Error(status_of(result),
-              format("%s: %s (%s; CUresult %d)", what.c_str(), name ? name : "unknown CUDA error",
-                     message ? message : "no message", static_cast<int>(result)),
+              format("%s: %s (%s; CUresult %d)%s", what.c_str(), name ? name : "unknown CUDA error",
+                     message ? message : "no message", static_cast<int>(result), hint),
               static_cast<int32_t>(result));
 }
 

@@ -11,12 +11,17 @@ struct Format {
   int32_t format;
   CUarray_format cuda;
   const char* name;
+  size_t bytes;
 };
 constexpr Format kFormats[] = {
-    {GPUMEM_FORMAT_U8, CU_AD_FORMAT_UNSIGNED_INT8, "u8"},    {GPUMEM_FORMAT_U16, CU_AD_FORMAT_UNSIGNED_INT16, "u16"},
-    {GPUMEM_FORMAT_U32, CU_AD_FORMAT_UNSIGNED_INT32, "u32"}, {GPUMEM_FORMAT_I8, CU_AD_FORMAT_SIGNED_INT8, "i8"},
-    {GPUMEM_FORMAT_I16, CU_AD_FORMAT_SIGNED_INT16, "i16"},   {GPUMEM_FORMAT_I32, CU_AD_FORMAT_SIGNED_INT32, "i32"},
-    {GPUMEM_FORMAT_F16, CU_AD_FORMAT_HALF, "f16"},           {GPUMEM_FORMAT_F32, CU_AD_FORMAT_FLOAT, "f32"},
+    {GPUMEM_FORMAT_U8, CU_AD_FORMAT_UNSIGNED_INT8, "u8", 1},
+    {GPUMEM_FORMAT_U16, CU_AD_FORMAT_UNSIGNED_INT16, "u16", 2},
+    {GPUMEM_FORMAT_U32, CU_AD_FORMAT_UNSIGNED_INT32, "u32", 4},
+    {GPUMEM_FORMAT_I8, CU_AD_FORMAT_SIGNED_INT8, "i8", 1},
+    {GPUMEM_FORMAT_I16, CU_AD_FORMAT_SIGNED_INT16, "i16", 2},
+    {GPUMEM_FORMAT_I32, CU_AD_FORMAT_SIGNED_INT32, "i32", 4},
+    {GPUMEM_FORMAT_F16, CU_AD_FORMAT_HALF, "f16", 2},
+    {GPUMEM_FORMAT_F32, CU_AD_FORMAT_FLOAT, "f32", 4},
 };
 
 // Handles are looked up here before use, so a foreign or destroyed handle is an error, not a crash.
@@ -154,6 +159,16 @@ void array_get_desc(const gpumem_array_t* array, gpumem_array_desc_t& out) {
   const size_t struct_size = out.struct_size;
   out = array->desc;
   out.struct_size = struct_size;
+}
+
+ArrayRef array_lookup(const gpumem_array_t* array) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  require_live(array);
+  size_t bytes = 0;
+  for (const Format& f : kFormats)
+    if (f.format == array->desc.format) bytes = f.bytes;
+  return {array->handle, array->context, array->desc, bytes * array->desc.channels};
 }
 
 }  // namespace gpumem::memory

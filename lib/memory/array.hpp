@@ -17,4 +17,13 @@ gpumem_array_t* array_create(const gpumem_array_desc_t& desc);
 void array_destroy(gpumem_array_t* array);
 void array_get_desc(const gpumem_array_t* array, gpumem_array_desc_t& out);
 
+// What a copy needs of a live array, read under the registry's lock; throws as array_get_desc().
+struct ArrayRef {
+  CUarray handle;
+  CUcontext context;
+  gpumem_array_desc_t desc;
+  size_t element_bytes;  // format size x channels
+};
+ArrayRef array_lookup(const gpumem_array_t* array);
+
 }  // namespace gpumem::memory

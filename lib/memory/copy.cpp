@@ -14,13 +14,9 @@ void require_no_wrap(const void* p, size_t size, const char* role) {
          grouped(size).c_str());
 }
 
-// The synchronous forms wait for the legacy stream, where the driver queues them: cuMemcpy
-// between two device addresses and cuMemset on device memory return before the work is done.
-void finish_sync(const driver::Api& a, const char* what) {
-  driver::check(a.cuStreamSynchronize(CU_STREAM_LEGACY), what);
-}
-
 }  // namespace
+
+void wait_legacy_stream(const char* what) { driver::check(driver::api().cuStreamSynchronize(CU_STREAM_LEGACY), what); }
 
 void memset(void* dst, uint32_t value, unsigned element_size, size_t count, CUstream stream, bool async) {
   require(dst != nullptr, "dst is NULL");
@@ -62,7 +58,7 @@ void memset(void* dst, uint32_t value, unsigned element_size, size_t count, CUst
   if (r != CUDA_SUCCESS)
     driver::throw_result(
         r, format("memset of %s elements of %s at %p", grouped(count).c_str(), bytes(element_size).c_str(), dst));
-  if (!async) finish_sync(a, "waiting for the memset");
+  if (!async) wait_legacy_stream("waiting for the memset");
 }
 
 void copy(void* dst, const void* src, size_t size, CUstream stream, bool async) {
@@ -83,6 +79,13 @@ void copy(void* dst, const void* src, size_t size, CUstream stream, bool async) 
   const PointerInfo& device_side = to.memory_type != GPUMEM_MEMORY_UNREGISTERED ? to : from;
   const driver::Api& a = driver::api();
   driver::ContextScope scope(async ? context_for(stream, device_side) : context_of(device_side));
+  if (to.memory_type == GPUMEM_MEMORY_DEVICE && from.memory_type == GPUMEM_MEMORY_DEVICE && to.device != from.device)
+    ensure_peer_access(to.device, from.device);
+  // Plain host memory on one side and device memory on the other: gpumem's staging is faster than
+  // the driver's for large copies (see staging.cpp).
+  const bool host_to_device = from.memory_type == GPUMEM_MEMORY_UNREGISTERED && to.memory_type == GPUMEM_MEMORY_DEVICE;
+  const bool device_to_host = to.memory_type == GPUMEM_MEMORY_UNREGISTERED && from.memory_type == GPUMEM_MEMORY_DEVICE;
+  if ((host_to_device || device_to_host) && staged_copy(dst, src, size, host_to_device, stream, async)) return;
   // The driver refuses a copy whose page-locked side runs over the end of its registration (into
   // the next one, as the pinning service leaves them, or into plain memory): such a copy goes in
   // pieces, one per registration. Almost every copy is one piece, asking the driver nothing more.
@@ -105,7 +108,9 @@ void copy(void* dst, const void* src, size_t size, CUstream stream, bool async) 
                                      reinterpret_cast<void*>(at_dst), describe_kind(piece_to).c_str()));
     done += n;
   }
-  if (!async) finish_sync(a, "waiting for the copy");
+  // A copy into host memory has ended when cuMemcpy returns; one into device memory may not have.
+  if (!async && (to.memory_type == GPUMEM_MEMORY_DEVICE || to.memory_type == GPUMEM_MEMORY_MANAGED))
+    wait_legacy_stream("waiting for the copy");
 }
 
 }  // namespace gpumem::memory

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "driver/driver.hpp"
+#include "gpumem/array.h"
 #include "gpumem/memory.h"
 #include "gpumem/pointer.h"
 
@@ -55,5 +56,34 @@ void managed_range_info(const void* p, size_t size, gpumem_managed_range_info_t&
 // A null stream with async == false is the synchronous form.
 void memset(void* dst, uint32_t value, unsigned element_size, size_t count, CUstream stream, bool async);
 void copy(void* dst, const void* src, size_t size, CUstream stream, bool async);
+
+// One side of a 2D or 3D copy, as the caller described it (gpumem_copy2d_t / gpumem_copy3d_t).
+struct CopySide {
+  const char* role;  // "dst" or "src", for messages
+  const void* ptr;
+  const gpumem_array_s* array;
+  size_t x, y, z, pitch, height;
+};
+struct CopyRegion {
+  CopySide dst, src;
+  size_t width, height, depth;
+  int rank;  // 2 or 3: what the caller called, for messages
+};
+void copy3d(CopyRegion region, CUstream stream, bool async);
+
+// The synchronous forms queue on the legacy stream and wait for it: cuMemcpy between two device
+// addresses, cuMemset and kernels return before the work is done.
+void wait_legacy_stream(const char* what);
+
+// Enables peer access between two devices in both directions on first call for the pair; true if
+// each can reach the other's memory. Copies work either way (the driver stages them otherwise).
+bool ensure_peer_access(int a, int b);
+
+// Copies between device memory and plain host memory through gpumem's staging buffers, in the
+// current context. False, having done nothing, when the copy is better left to the driver (small,
+// a capturing stream, all staging buffers busy).
+bool staged_copy(void* dst, const void* src, size_t size, bool to_device, CUstream stream, bool async);
+size_t staging_held();
+void staging_release();
 
 }  // namespace gpumem::memory

@@ -461,6 +461,93 @@ static CUresult CUDAAPI fake_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, siz
   (void)stream;
   return fake_cuMemcpy(dst, src, n);
 }
+/* The fake has no device memory, streams, events or modules: these answer as a driver would to
+ * handles it never made, after checking for a context. */
+static CUresult CUDAAPI fake_cuMemcpy3D(const CUDA_MEMCPY3D* copy) {
+  (void)copy;
+  REQUIRE_CONTEXT();
+  return CUDA_ERROR_INVALID_VALUE;
+}
+static CUresult CUDAAPI fake_cuMemcpy3DAsync(const CUDA_MEMCPY3D* copy, CUstream stream) {
+  (void)stream;
+  return fake_cuMemcpy3D(copy);
+}
+static CUresult CUDAAPI fake_cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER* copy) {
+  (void)copy;
+  REQUIRE_CONTEXT();
+  return CUDA_ERROR_INVALID_VALUE;
+}
+static CUresult CUDAAPI fake_cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER* copy, CUstream stream) {
+  (void)stream;
+  return fake_cuMemcpy3DPeer(copy);
+}
+static CUresult CUDAAPI fake_cuDeviceCanAccessPeer(int* can, CUdevice dev, CUdevice peer) {
+  REQUIRE_DEVICE(dev);
+  REQUIRE_DEVICE(peer);
+  *can = 0;
+  return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI fake_cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  (void)peer;
+  (void)flags;
+  REQUIRE_CONTEXT();
+  return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+}
+static CUresult CUDAAPI fake_cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
+  (void)stream;
+  REQUIRE_CONTEXT();
+  *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI fake_cuEventCreate(CUevent* event, unsigned int flags) {
+  (void)event;
+  (void)flags;
+  REQUIRE_CONTEXT();
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+static CUresult CUDAAPI fake_cuEventRecord(CUevent event, CUstream stream) {
+  (void)event;
+  (void)stream;
+  REQUIRE_CONTEXT();
+  return CUDA_ERROR_INVALID_HANDLE;
+}
+static CUresult CUDAAPI fake_cuEventSynchronize(CUevent event) {
+  (void)event;
+  REQUIRE_INIT();
+  return CUDA_ERROR_INVALID_HANDLE;
+}
+static CUresult CUDAAPI fake_cuEventDestroy(CUevent event) {
+  (void)event;
+  REQUIRE_INIT();
+  return CUDA_ERROR_INVALID_HANDLE;
+}
+static CUresult CUDAAPI fake_cuModuleLoadData(CUmodule* module, const void* image) {
+  (void)module;
+  (void)image;
+  REQUIRE_CONTEXT();
+  return CUDA_ERROR_NO_BINARY_FOR_GPU;
+}
+static CUresult CUDAAPI fake_cuModuleGetFunction(CUfunction* function, CUmodule module, const char* name) {
+  (void)function;
+  (void)module;
+  (void)name;
+  REQUIRE_CONTEXT();
+  return CUDA_ERROR_INVALID_HANDLE;
+}
+static CUresult CUDAAPI fake_cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction f, int block_size,
+                                                                         size_t shared) {
+  (void)blocks, (void)f, (void)block_size, (void)shared;
+  REQUIRE_CONTEXT();
+  return CUDA_ERROR_INVALID_HANDLE;
+}
+static CUresult CUDAAPI fake_cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                            unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
+                                            CUstream stream, void** params, void** extra) {
+  (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared, (void)stream, (void)params,
+      (void)extra;
+  REQUIRE_CONTEXT();
+  return CUDA_ERROR_INVALID_HANDLE;
+}
 static CUresult CUDAAPI fake_cuArray3DGetDescriptor(CUDA_ARRAY3D_DESCRIPTOR* desc, CUarray array) {
   (void)desc;
   (void)array;

@@ -1,0 +1,236 @@
+// 2D and 3D copies between memory of any kind and CUDA arrays: checks, then gpumem's kernel for
+// device memory of one device, the driver for everything else.
+#include "memory/array.hpp"
+#include "memory/copy_kernel.hpp"
+#include "memory/memory.hpp"
+
+namespace gpumem::memory {
+namespace {
+
+using Wide = __int128;
+
+// A side after its checks.
+struct Side {
+  const CopySide& in;
+  bool is_array = false;
+  ArrayRef array{};
+  size_t pitch = 0, height = 0;  // memory: defaulted
+  uintptr_t start = 0, end = 0;  // memory: the region's first byte and one past its last
+  size_t slice = 0;              // memory: pitch x height
+  PointerInfo info;
+
+  explicit Side(const CopySide& side) : in(side) {}
+  int device() const { return is_array ? array.desc.device : info.device; }
+  // Device memory, or an array: what the device holds itself.
+  bool on_device() const { return is_array || info.memory_type == GPUMEM_MEMORY_DEVICE; }
+  CUcontext context() const {
+    if (is_array) return array.context;
+    return info.memory_type == GPUMEM_MEMORY_UNREGISTERED ? nullptr : context_of(info);
+  }
+};
+
+void check_shape(Side& s, const CopyRegion& r) {
+  const CopySide& in = s.in;
+  if (in.ptr && in.array) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s has both a pointer and an array; set one", in.role);
+  if (!in.ptr && !in.array) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s has neither a pointer nor an array", in.role);
+  s.is_array = in.array != nullptr;
+  if (s.is_array) return;
+  s.pitch = in.pitch ? in.pitch : r.width;
+  if (Wide(in.x) + r.width > s.pitch)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s rows of %s bytes at %s_x %s do not fit in %s_pitch %s", in.role,
+         grouped(r.width).c_str(), in.role, grouped(in.x).c_str(), in.role, grouped(s.pitch).c_str());
+  if (r.rank == 3) {
+    s.height = in.height ? in.height : r.height;
+    if (Wide(in.y) + r.height > s.height)
+      fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s rows %s to %s do not fit in a slice of %s_height %s rows", in.role,
+           grouped(in.y).c_str(), grouped(in.y + r.height - 1).c_str(), in.role, grouped(s.height).c_str());
+  } else {
+    s.height = in.y + r.height;  // one slice: only its rows matter
+  }
+}
+
+void check_array(Side& s, const CopyRegion& r) {
+  const CopySide& in = s.in;
+  const gpumem_array_desc_t& d = s.array.desc;
+  const size_t e = s.array.element_bytes;
+  if (in.x % e || r.width % e)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s_x %s and width %s must be whole elements of the array (%s bytes each)",
+         in.role, grouped(in.x).c_str(), grouped(r.width).c_str(), grouped(e).c_str());
+  const size_t rows = d.height ? d.height : 1, slices = d.depth ? d.depth : 1;
+  if (Wide(in.x) + r.width > Wide(d.width) * e)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT,
+         "%s bytes %s to %s of each row run past the end of the %s array's rows (%s bytes)", in.role,
+         grouped(in.x).c_str(), grouped(in.x + r.width - 1).c_str(), in.role, grouped(d.width * e).c_str());
+  if (Wide(in.y) + r.height > rows)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s rows %s to %s run past the end of the %s array's %s row%s", in.role,
+         grouped(in.y).c_str(), grouped(in.y + r.height - 1).c_str(), in.role, grouped(rows).c_str(),
+         rows == 1 ? "" : "s");
+  if (Wide(in.z) + r.depth > slices)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s slices %s to %s run past the end of the %s array's %s slice%s", in.role,
+         grouped(in.z).c_str(), grouped(in.z + r.depth - 1).c_str(), in.role, grouped(slices).c_str(),
+         slices == 1 ? "" : "s");
+}
+
+void check_memory(Side& s, const CopyRegion& r) {
+  const CopySide& in = s.in;
+  const Wide slice = Wide(s.pitch) * s.height;
+  const Wide start = Wide(reinterpret_cast<uintptr_t>(in.ptr)) + in.z * slice + Wide(in.y) * s.pitch + in.x;
+  const Wide span = Wide(r.depth - 1) * slice + Wide(r.height - 1) * s.pitch + r.width;
+  if (start + span - 1 > Wide(UINTPTR_MAX))
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s region at %p wraps around the address space", in.role, in.ptr);
+  s.slice = static_cast<size_t>(slice);
+  s.start = static_cast<uintptr_t>(start);
+  s.end = static_cast<uintptr_t>(start + span);
+  s.info = pointer_info(reinterpret_cast<void*>(s.start));
+  require_within_allocation(reinterpret_cast<void*>(s.start), s.end - s.start, s.info, in.role);
+}
+
+Wide floor_div(Wide a, Wide b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// Whether some row of b shares a byte with [lo, hi).
+bool rows_touch(const Side& b, const CopyRegion& r, Wide lo, Wide hi) {
+  const Wide slice_span = Wide(r.height - 1) * b.pitch + r.width;
+  Wide first = 0, last = Wide(r.depth) - 1;
+  if (r.depth > 1) {
+    first = std::max<Wide>(0, floor_div(lo - b.start - slice_span, b.slice) + 1);
+    last = std::min<Wide>(last, floor_div(hi - 1 - b.start, b.slice));
+  }
+  for (Wide m = first; m <= last; ++m) {
+    const Wide base = b.start + m * b.slice;
+    const Wide j_min = std::max<Wide>(0, floor_div(lo - base - r.width, b.pitch) + 1);
+    const Wide j_max = std::min<Wide>(Wide(r.height) - 1, floor_div(hi - base - 1, b.pitch));
+    if (j_min <= j_max) return true;
+  }
+  return false;
+}
+
+// Exact, so that interleaved rows of one buffer may be copied onto each other; one pass over
+// a's rows, only when the two regions' spans meet.
+void check_overlap(const Side& d, const Side& s, const CopyRegion& r) {
+  bool overlap = false;
+  if (d.is_array && s.is_array) {
+    auto meet = [](size_t a, size_t b, size_t n) { return a < b + n && b < a + n; };
+    overlap = d.array.handle == s.array.handle && meet(d.in.x, s.in.x, r.width) && meet(d.in.y, s.in.y, r.height) &&
+              meet(d.in.z, s.in.z, r.depth);
+  } else if (!d.is_array && !s.is_array && d.start < s.end && s.start < d.end) {
+    for (size_t k = 0; k < r.depth && !overlap; ++k)
+      for (size_t i = 0; i < r.height && !overlap; ++i) {
+        const Wide lo = Wide(d.start) + Wide(k) * d.slice + Wide(i) * d.pitch;
+        overlap = rows_touch(s, r, lo, lo + r.width);
+      }
+  }
+  if (overlap)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT,
+         "the dst and src regions overlap: a copy of %s x %s x %s bytes between them would read what it wrote",
+         grouped(r.width).c_str(), grouped(r.height).c_str(), grouped(r.depth).c_str());
+}
+
+// The driver's description of one side; M is CUDA_MEMCPY3D or CUDA_MEMCPY3D_PEER, which name
+// their fields alike.
+#define GPUMEM_DESCRIBE_SIDE(m, side, s)                        \
+  do {                                                          \
+    m.side##XInBytes = s.in.x;                                  \
+    m.side##Y = s.in.y;                                         \
+    m.side##Z = s.in.z;                                         \
+    if (s.is_array) {                                           \
+      m.side##MemoryType = CU_MEMORYTYPE_ARRAY;                 \
+      m.side##Array = s.array.handle;                           \
+    } else {                                                    \
+      m.side##MemoryType = CU_MEMORYTYPE_UNIFIED;               \
+      m.side##Device = reinterpret_cast<CUdeviceptr>(s.in.ptr); \
+      m.side##Pitch = s.pitch;                                  \
+      m.side##Height = s.height;                                \
+    }                                                           \
+  } while (0)
+
+template <class M>
+M describe(const Side& d, const Side& s, const CopyRegion& r) {
+  M m{};
+  GPUMEM_DESCRIBE_SIDE(m, dst, d);
+  GPUMEM_DESCRIBE_SIDE(m, src, s);
+  m.WidthInBytes = r.width;
+  m.Height = r.height;
+  m.Depth = r.depth;
+  return m;
+}
+#undef GPUMEM_DESCRIBE_SIDE
+
+std::string describe_side(const Side& s) {
+  if (s.is_array) return format("an array on device %d", s.array.desc.device);
+  return format("%p (%s)", reinterpret_cast<void*>(s.start), describe_kind(s.info).c_str());
+}
+
+// gpumem's kernel, when both sides are device memory of one device in its primary context and the
+// stream (if any) belongs there too.
+bool try_kernel(const Side& d, const Side& s, const CopyRegion& r, CUstream stream, bool async) {
+  if (d.is_array || s.is_array || d.info.memory_type != GPUMEM_MEMORY_DEVICE ||
+      s.info.memory_type != GPUMEM_MEMORY_DEVICE || d.info.device != s.info.device)
+    return false;
+  const CUcontext primary = driver::primary_context(d.info.device);
+  if (d.info.context != primary || s.info.context != primary) return false;
+  if (async) {
+    const CUcontext sc = driver::stream_context(stream);
+    if (sc && sc != primary) return false;
+  }
+  driver::ContextScope scope(primary);
+  gpumem_copy_rows_t rows{};
+  rows.dst = d.start;
+  rows.src = s.start;
+  rows.dst_pitch = d.pitch;
+  rows.src_pitch = s.pitch;
+  rows.dst_slice_pitch = d.slice;
+  rows.src_slice_pitch = s.slice;
+  rows.width = r.width;
+  rows.height = r.height;
+  rows.rows = uint64_t(r.height) * r.depth;
+  if (!launch_copy_rows(d.info.device, rows, async ? stream : CU_STREAM_LEGACY)) return false;
+  if (!async) wait_legacy_stream("waiting for the copy");
+  return true;
+}
+
+}  // namespace
+
+void copy3d(CopyRegion r, CUstream stream, bool async) {
+  Side d(r.dst), s(r.src);
+  check_shape(d, r);
+  check_shape(s, r);
+  if (d.is_array) d.array = array_lookup(r.dst.array);
+  if (s.is_array) s.array = array_lookup(r.src.array);
+  if (r.width == 0 || r.height == 0 || r.depth == 0) return;
+  for (Side* side : {&d, &s}) {
+    if (side->is_array)
+      check_array(*side, r);
+    else
+      check_memory(*side, r);
+  }
+  check_overlap(d, s, r);
+
+  if (try_kernel(d, s, r, stream, async)) return;
+
+  const driver::Api& a = driver::api();
+  const CUcontext dc = d.context(), sc = s.context();
+  const Side& device_side = d.on_device() ? d : s.on_device() ? s : dc ? d : s;
+  const CUcontext work = async ? driver::stream_context(stream) : nullptr;
+  driver::ContextScope scope(work ? work : device_side.context() ? device_side.context() : driver::current_context());
+  CUresult result;
+  if (d.on_device() && s.on_device() && dc != sc) {
+    ensure_peer_access(d.device(), s.device());
+    CUDA_MEMCPY3D_PEER m = describe<CUDA_MEMCPY3D_PEER>(d, s, r);
+    m.dstContext = dc;
+    m.srcContext = sc;
+    result = async ? a.cuMemcpy3DPeerAsync(&m, stream) : a.cuMemcpy3DPeer(&m);
+  } else {
+    const CUDA_MEMCPY3D m = describe<CUDA_MEMCPY3D>(d, s, r);
+    result = async ? a.cuMemcpy3DAsync(&m, stream) : a.cuMemcpy3D(&m);
+  }
+  if (result != CUDA_SUCCESS)
+    driver::throw_result(result, format("%dD copy of %s x %s x %s bytes from %s to %s", r.rank,
+                                        grouped(r.width).c_str(), grouped(r.height).c_str(), grouped(r.depth).c_str(),
+                                        describe_side(s).c_str(), describe_side(d).c_str()));
+  // A copy into host memory has ended when the driver returns; one into the device may not have.
+  if (!async &&
+      (d.is_array || d.info.memory_type == GPUMEM_MEMORY_DEVICE || d.info.memory_type == GPUMEM_MEMORY_MANAGED))
+    wait_legacy_stream("waiting for the copy");
+}
+
+}  // namespace gpumem::memory

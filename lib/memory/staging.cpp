@@ -1,0 +1,327 @@
+// Copies between device memory and plain (pageable) host memory through gpumem's page-locked
+// staging buffers. The driver stages such copies too, one buffer at a time on one thread; here
+// several host threads fill or drain one buffer while the copy engine moves another, so host
+// copying and DMA overlap and the host side runs at the speed of several cores.
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "core/spin_lock.hpp"
+#include "gpumem/copy.h"
+#include "memory/memory.hpp"
+
+namespace gpumem::memory {
+namespace {
+
+// Below this the driver's own staging is as fast (measured on an H200: bench/bench_copy.cpp).
+constexpr size_t kThreshold = size_t{1} << 20;
+constexpr size_t kBufferBytes = size_t{4} << 20;
+constexpr int kBuffers = 4;
+constexpr int kSets = 2;  // copies at once; a third goes to the driver
+static_assert(size_t{kSets} * kBuffers * kBufferBytes == GPUMEM_COPY_STAGING_LIMIT);
+// Host copies smaller than this stay on the calling thread: waking a worker costs more.
+constexpr size_t kPieceBytes = size_t{128} << 10;
+
+// ---- Host copies spread over worker threads ------------------------------------------------------
+
+class HostCopier {
+ public:
+  HostCopier() {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    // More than this many threads adds nothing: a few cores saturate host memory bandwidth.
+    workers_ = std::min(5u, cores - 1);
+    for (unsigned i = 0; i < workers_; ++i) std::thread([this] { work(); }).detach();
+  }
+
+  void copy(void* dst, const void* src, size_t n) {
+    const size_t parts = std::min<size_t>(workers_ + 1, n / kPieceBytes);
+    if (parts <= 1) {
+      std::memcpy(dst, src, n);
+      return;
+    }
+    const size_t part = (n / parts + 63) & ~size_t{63};
+    std::atomic<size_t> left{parts - 1};
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (size_t i = 1; i < parts; ++i) {
+        const size_t at = i * part;
+        queue_.push_back(
+            {static_cast<char*>(dst) + at, static_cast<const char*>(src) + at, i + 1 == parts ? n - at : part, &left});
+      }
+      queued_.store(queue_.size(), std::memory_order_release);
+    }
+    if (sleeping_.load(std::memory_order_acquire)) wake_.notify_all();
+    std::memcpy(dst, src, part);
+    // The pieces end at about the same time as this thread's, so spin before sleeping: a futex
+    // wake-up costs as much as copying a few hundred kilobytes.
+    for (int spin = 0; left.load(std::memory_order_acquire) != 0; ++spin) {
+      if (spin < kSpins)
+        spin_pause();
+      else
+        left.wait(left.load(std::memory_order_acquire), std::memory_order_acquire);
+    }
+  }
+
+ private:
+  static constexpr int kSpins = 2000;  // some tens of microseconds of pauses
+
+  struct Piece {
+    char* dst;
+    const char* src;
+    size_t n;
+    std::atomic<size_t>* left;
+  };
+
+  bool take(Piece& p) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (queue_.empty()) return false;
+    p = queue_.front();
+    queue_.pop_front();
+    queued_.store(queue_.size(), std::memory_order_release);
+    return true;
+  }
+
+  void work() {
+    for (;;) {
+      Piece p;
+      for (int spin = 0; !take(p); ++spin) {
+        if (spin < kSpins) {
+          while (spin < kSpins && queued_.load(std::memory_order_acquire) == 0) {
+            spin_pause();
+            ++spin;
+          }
+          continue;
+        }
+        std::unique_lock<std::mutex> lock(mutex_);
+        sleeping_.fetch_add(1, std::memory_order_acq_rel);
+        wake_.wait(lock, [this] { return !queue_.empty(); });
+        sleeping_.fetch_sub(1, std::memory_order_acq_rel);
+        spin = 0;
+      }
+      std::memcpy(p.dst, p.src, p.n);
+      if (p.left->fetch_sub(1, std::memory_order_acq_rel) == 1) p.left->notify_all();
+    }
+  }
+
+  unsigned workers_ = 0;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Piece> queue_;
+  std::atomic<size_t> queued_{0};
+  std::atomic<unsigned> sleeping_{0};
+};
+
+HostCopier& host_copier() {
+  static HostCopier* c = new HostCopier;  // leaked with its threads, which wait for work forever
+  return *c;
+}
+
+// ---- Staging buffers -----------------------------------------------------------------------------
+
+struct StagingSet {
+  char* buffers[kBuffers] = {};
+  CUevent events[kBuffers] = {};  // recorded after the last copy that used the buffer
+  bool pending[kBuffers] = {};    // recorded, and not waited for yet
+  CUcontext events_context = nullptr;
+  bool in_use = false;
+  bool release_when_done = false;
+};
+
+struct Staging {
+  std::mutex mutex;
+  StagingSet sets[kSets];
+  std::atomic<size_t> held{0};
+};
+
+Staging& staging() {
+  static Staging* s = new Staging;  // leaked: copies may run during process exit
+  return *s;
+}
+
+void wait(StagingSet& set, int b) {
+  if (!set.pending[b]) return;
+  driver::check(driver::api().cuEventSynchronize(set.events[b]), "waiting for a staging buffer");
+  set.pending[b] = false;
+}
+
+// Waits for and destroys a set's events, in the context they belong to. A failure (a broken
+// context, or a driver shut down at exit) leaves nothing to wait for, so it is dropped.
+void drop_events(StagingSet& set) {
+  if (!set.events_context) return;
+  try {
+    driver::ContextScope scope(set.events_context);
+    for (int b = 0; b < kBuffers; ++b) {
+      if (set.pending[b]) driver::api().cuEventSynchronize(set.events[b]);
+      driver::api().cuEventDestroy(set.events[b]);
+    }
+  } catch (const Error&) {
+  }
+  for (int b = 0; b < kBuffers; ++b) {
+    set.events[b] = nullptr;
+    set.pending[b] = false;
+  }
+  set.events_context = nullptr;
+}
+
+// Frees the buffers and events of a set no copy is using.
+void free_set(StagingSet& set) {
+  drop_events(set);
+  for (char*& buffer : set.buffers) {
+    if (!buffer) continue;
+    driver::api().cuMemFreeHost(buffer);  // only fails once the driver has shut down, taking it along
+    buffer = nullptr;
+    staging().held.fetch_sub(kBufferBytes, std::memory_order_relaxed);
+  }
+}
+
+// Buffers for the copy, and events in the current context. False if page-locked memory ran out.
+bool prepare(StagingSet& set) {
+  const driver::Api& a = driver::api();
+  for (int b = 0; b < kBuffers; ++b) {
+    if (set.buffers[b]) continue;
+    void* p = nullptr;
+    if (a.cuMemHostAlloc(&p, kBufferBytes, CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS) return false;
+    set.buffers[b] = static_cast<char*>(p);
+    staging().held.fetch_add(kBufferBytes, std::memory_order_relaxed);
+  }
+  CUcontext current = nullptr;
+  driver::check(a.cuCtxGetCurrent(&current), "cuCtxGetCurrent");
+  if (set.events_context != current) {
+    drop_events(set);
+    set.events_context = current;
+    for (int b = 0; b < kBuffers; ++b)
+      driver::check(a.cuEventCreate(&set.events[b], CU_EVENT_DISABLE_TIMING), "cuEventCreate for staging");
+  }
+  return true;
+}
+
+// A set taken for one copy and given back when the copy ends, however it ends.
+class Lease {
+ public:
+  Lease() {
+    Staging& s = staging();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    for (StagingSet& set : s.sets)
+      if (!set.in_use && (!set_ || set.buffers[0])) set_ = &set;  // prefer one with buffers already
+    if (set_) set_->in_use = true;
+  }
+  ~Lease() {
+    if (!set_) return;
+    bool release = false;
+    {
+      std::lock_guard<std::mutex> lock(staging().mutex);
+      release = set_->release_when_done;
+    }
+    if (release) free_set(*set_);
+    std::lock_guard<std::mutex> lock(staging().mutex);
+    set_->release_when_done = false;
+    set_->in_use = false;
+  }
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  StagingSet* get() const { return set_; }
+
+ private:
+  StagingSet* set_ = nullptr;
+};
+
+size_t chunk_for(size_t size) {
+  // At least four chunks a copy, so that host copying and DMA overlap even in the smaller staged
+  // copies; no smaller than the driver calls each chunk costs are worth.
+  const size_t chunk = (size / 4 + 65535) & ~size_t{65535};
+  return std::clamp(chunk, size_t{512} << 10, kBufferBytes);
+}
+
+void stage_to_device(StagingSet& set, char* dst, const char* src, size_t size, CUstream stream, bool async) {
+  const driver::Api& a = driver::api();
+  const size_t chunk = chunk_for(size);
+  for (size_t done = 0, i = 0; done < size; ++i) {
+    const int b = static_cast<int>(i % kBuffers);
+    const size_t n = std::min(chunk, size - done);
+    wait(set, b);
+    host_copier().copy(set.buffers[b], src + done, n);
+    driver::check(a.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst + done),
+                                  reinterpret_cast<CUdeviceptr>(set.buffers[b]), n, stream),
+                  "staged copy to the device");
+    driver::check(a.cuEventRecord(set.events[b], stream), "cuEventRecord for staging");
+    set.pending[b] = true;
+    done += n;
+  }
+  // The caller's memory has been read; a stream-ordered copy may end here. The buffers are
+  // waited for by their next user.
+  if (!async)
+    for (int b = 0; b < kBuffers; ++b) wait(set, b);
+}
+
+void stage_to_host(StagingSet& set, char* dst, const char* src, size_t size, CUstream stream) {
+  const driver::Api& a = driver::api();
+  const size_t chunk = chunk_for(size);
+  const size_t chunks = (size + chunk - 1) / chunk;
+  auto issue = [&](size_t i) {
+    const int b = static_cast<int>(i % kBuffers);
+    const size_t at = i * chunk, n = std::min(chunk, size - at);
+    wait(set, b);
+    driver::check(a.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(set.buffers[b]),
+                                  reinterpret_cast<CUdeviceptr>(src + at), n, stream),
+                  "staged copy from the device");
+    driver::check(a.cuEventRecord(set.events[b], stream), "cuEventRecord for staging");
+    set.pending[b] = true;
+  };
+  for (size_t i = 0; i < std::min<size_t>(kBuffers, chunks); ++i) issue(i);
+  for (size_t i = 0; i < chunks; ++i) {
+    const int b = static_cast<int>(i % kBuffers);
+    const size_t at = i * chunk;
+    wait(set, b);
+    host_copier().copy(dst + at, set.buffers[b], std::min(chunk, size - at));
+    if (i + kBuffers < chunks) issue(i + kBuffers);
+  }
+}
+
+}  // namespace
+
+bool staged_copy(void* dst, const void* src, size_t size, bool to_device, CUstream stream, bool async) {
+  if (size < kThreshold) return false;
+  const driver::Api& a = driver::api();
+  if (!async) {
+    stream = CU_STREAM_LEGACY;
+  } else {
+    // Host work cannot be captured into a graph: the driver records (or refuses) such a copy.
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    driver::check(a.cuStreamIsCapturing(stream, &capture), "cuStreamIsCapturing");
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE) return false;
+  }
+  Lease lease;
+  StagingSet* set = lease.get();
+  if (!set || !prepare(*set)) return false;
+  if (to_device)
+    stage_to_device(*set, static_cast<char*>(dst), static_cast<const char*>(src), size, stream, async);
+  else
+    stage_to_host(*set, static_cast<char*>(dst), static_cast<const char*>(src), size, stream);
+  return true;
+}
+
+size_t staging_held() { return staging().held.load(std::memory_order_relaxed); }
+
+void staging_release() {
+  Staging& s = staging();
+  for (StagingSet& set : s.sets) {
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      if (set.in_use) {
+        set.release_when_done = true;
+        continue;
+      }
+      if (!set.buffers[0] && !set.events_context) continue;
+      set.in_use = true;  // kept from copies while its buffers are freed outside the lock
+    }
+    free_set(set);
+    std::lock_guard<std::mutex> lock(s.mutex);
+    set.in_use = false;
+  }
+}
+
+}  // namespace gpumem::memory
