@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <iterator>
 #include <mutex>
 #include <thread>
 
@@ -192,9 +193,16 @@ bool prepare(StagingSet& set) {
   driver::check(a.cuCtxGetCurrent(&current), "cuCtxGetCurrent");
   if (set.events_context != current) {
     drop_events(set);
+    CUevent events[kBuffers] = {};
+    for (int b = 0; b < kBuffers; ++b) {
+      const CUresult r = a.cuEventCreate(&events[b], CU_EVENT_DISABLE_TIMING);
+      if (r != CUDA_SUCCESS) {
+        for (int made = 0; made < b; ++made) a.cuEventDestroy(events[made]);
+        driver::throw_result(r, "cuEventCreate for staging");
+      }
+    }
+    std::copy(std::begin(events), std::end(events), std::begin(set.events));
     set.events_context = current;
-    for (int b = 0; b < kBuffers; ++b)
-      driver::check(a.cuEventCreate(&set.events[b], CU_EVENT_DISABLE_TIMING), "cuEventCreate for staging");
   }
   return true;
 }
