@@ -6,56 +6,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "test_bytes.h"
 #include "test_cuda.h"
-#include "test_util.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Helpers
  * ------------------------------------------------------------------------------------------- */
-
-/* A byte sequence with no short period, so that a shifted or partial copy cannot match it. */
-static unsigned char pattern_byte(size_t i, unsigned seed) {
-  uint32_t x = (uint32_t)i * 2654435761u + seed * 40503u + 0x9E3779B9u;
-  x ^= x >> 15;
-  x *= 0x2C1B3C6Du;
-  x ^= x >> 12;
-  return (unsigned char)x;
-}
-
-static void fill_pattern(unsigned char* p, size_t n, unsigned seed) {
-  for (size_t i = 0; i < n; i++) p[i] = pattern_byte(i, seed);
-}
-
-/* Fails naming the first differing byte, which says more than "memcmp != 0". */
-static void expect_bytes(const unsigned char* got, const unsigned char* want, size_t n, const char* what) {
-  for (size_t i = 0; i < n; i++) {
-    if (got[i] != want[i]) {
-      print_error("%s: byte %zu is 0x%02x, expected 0x%02x\n", what, i, got[i], want[i]);
-      fail();
-    }
-  }
-}
-
-/* A refusal that gpumem made itself, before any driver call. */
-static void expect_refusal(gpumem_status_t got, gpumem_status_t want, const char* detail, const char* what) {
-  if (got != want) {
-    print_error("%s returned %s, expected %s; detail: %s\n", what, gpumem_status_name(got), gpumem_status_name(want),
-                gpumem_last_error_detail());
-    fail();
-  }
-  if (strstr(gpumem_last_error_detail(), detail) == NULL) {
-    print_error("%s: detail \"%s\" does not contain \"%s\"\n", what, gpumem_last_error_detail(), detail);
-    fail();
-  }
-  assert_int_equal(gpumem_last_cuda_result(), 0);
-}
-
-static void expect_ok(gpumem_status_t got, const char* what) {
-  if (got != GPUMEM_SUCCESS) {
-    print_error("%s returned %s; detail: %s\n", what, gpumem_status_name(got), gpumem_last_error_detail());
-    fail();
-  }
-}
 
 /* Both the synchronous and the stream form (on the legacy stream) must refuse the same way. */
 static void expect_memset_refused(void* dst, uint32_t value, uint32_t element_size, size_t count, gpumem_status_t want,
@@ -236,82 +192,19 @@ static void test_copy_zero_bytes_writes_nothing(void** state) {
  * Buffers of every kind (GPU)
  * ------------------------------------------------------------------------------------------- */
 
-typedef enum {
-  KIND_DEVICE,
-  KIND_PINNED,
-  KIND_PINNED_MAPPED,
-  KIND_REGISTERED,
-  KIND_MANAGED,
-  KIND_PLAIN,
-  KIND_COUNT
-} kind_t;
-
-static const char* const kind_names[KIND_COUNT] = {
-    "device", "pinned host", "pinned host (DEVICEMAP)", "registered host", "managed", "plain host",
-};
-
 typedef struct {
   kind_t kind;
   unsigned char* ptr;
   size_t size;
 } buffer_t;
 
-#define PAGE 4096
-
 static buffer_t buffer_create(kind_t kind, size_t size) {
-  buffer_t b = {kind, NULL, size};
-  void* p = NULL;
-  switch (kind) {
-    case KIND_DEVICE:
-      assert_ok(gpumem_device_alloc(0, size, &p));
-      break;
-    case KIND_PINNED:
-      assert_ok(gpumem_host_alloc(size, 0, &p));
-      break;
-    case KIND_PINNED_MAPPED:
-      assert_ok(gpumem_host_alloc(size, GPUMEM_HOST_ALLOC_DEVICEMAP, &p));
-      break;
-    case KIND_REGISTERED: {
-      /* Whole pages, so the registration covers nothing that another buffer could share. */
-      const size_t rounded = (size + PAGE - 1) / PAGE * PAGE;
-      assert_int_equal(posix_memalign(&p, PAGE, rounded), 0);
-      assert_ok(gpumem_host_register(p, rounded, 0));
-      break;
-    }
-    case KIND_MANAGED:
-      assert_ok(gpumem_managed_alloc(0, size, 0, &p));
-      break;
-    case KIND_PLAIN:
-      p = malloc(size);
-      break;
-    default:
-      fail();
-  }
-  assert_non_null(p);
-  b.ptr = (unsigned char*)p;
+  const buffer_t b = {kind, memory_alloc(kind, 0, size), size};
   return b;
 }
 
 static void buffer_destroy(buffer_t* b) {
-  switch (b->kind) {
-    case KIND_DEVICE:
-      assert_ok(gpumem_device_free(b->ptr));
-      break;
-    case KIND_PINNED:
-    case KIND_PINNED_MAPPED:
-      assert_ok(gpumem_host_free(b->ptr));
-      break;
-    case KIND_REGISTERED:
-      assert_ok(gpumem_host_unregister(b->ptr));
-      free(b->ptr);
-      break;
-    case KIND_MANAGED:
-      assert_ok(gpumem_managed_free(b->ptr));
-      break;
-    default:
-      free(b->ptr);
-      break;
-  }
+  memory_free(b->kind, b->ptr);
   b->ptr = NULL;
 }
 
@@ -355,21 +248,17 @@ static void copy_every_pair(gpumem_stream_t stream) {
     src[k] = buffer_create((kind_t)k, PAIR_BUFFER);
     dst[k] = buffer_create((kind_t)k, PAIR_BUFFER);
   }
-  unsigned char* source = malloc(PAIR_BUFFER);
-  unsigned char* before = malloc(PAIR_BUFFER);
-  unsigned char* expected = malloc(PAIR_BUFFER);
-  unsigned char* got = malloc(PAIR_BUFFER);
-  assert_non_null(source);
-  assert_non_null(before);
-  assert_non_null(expected);
-  assert_non_null(got);
+  unsigned char* source = checked_malloc(PAIR_BUFFER);
+  unsigned char* before = checked_malloc(PAIR_BUFFER);
+  unsigned char* expected = checked_malloc(PAIR_BUFFER);
+  unsigned char* got = checked_malloc(PAIR_BUFFER);
 
   unsigned seed = 100;
   for (int from = 0; from < KIND_COUNT; from++) {
     for (int to = 0; to < KIND_COUNT; to++) {
       char what[160];
-      snprintf(what, sizeof what, "%s copy from %s to %s", stream ? "stream" : "synchronous", kind_names[from],
-               kind_names[to]);
+      snprintf(what, sizeof what, "%s copy from %s to %s", stream ? "stream" : "synchronous", kind_name((kind_t)from),
+               kind_name((kind_t)to));
       /* A fresh pattern on each side for each pair, so data left by an earlier pair cannot pass. */
       fill_pattern(source, PAIR_BUFFER, seed++);
       fill_pattern(before, PAIR_BUFFER, seed++);
@@ -425,8 +314,7 @@ static void test_copy_async_default_streams(void** state) {
   const size_t n = 8192;
   buffer_t device = buffer_create(KIND_DEVICE, n);
   buffer_t pinned = buffer_create(KIND_PINNED, n);
-  unsigned char* source = malloc(n);
-  assert_non_null(source);
+  unsigned char* source = checked_malloc(n);
   const gpumem_stream_t streams[] = {NULL, GPUMEM_STREAM_LEGACY, GPUMEM_STREAM_PER_THREAD};
   const char* const names[] = {"NULL", "GPUMEM_STREAM_LEGACY", "GPUMEM_STREAM_PER_THREAD"};
   for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++) {
@@ -473,10 +361,8 @@ static void test_copy_64_mib_device_to_device(void** state) {
   const size_t n = (size_t)64 << 20;
   buffer_t a = buffer_create(KIND_DEVICE, n);
   buffer_t b = buffer_create(KIND_DEVICE, n);
-  uint32_t* source = malloc(n);
-  uint32_t* got = malloc(n);
-  assert_non_null(source);
-  assert_non_null(got);
+  uint32_t* source = checked_malloc(n);
+  uint32_t* got = checked_malloc(n);
   for (size_t i = 0; i < n / 4; i++) source[i] = (uint32_t)i * 2654435761u ^ 0xA5A5A5A5u;
   memset(got, 0, n);
   expect_ok(gpumem_copy(a.ptr, source, n), "filling 64 MiB of device memory");
@@ -501,10 +387,8 @@ static void test_copy_stream_ordered_chain(void** state) {
   buffer_t a = buffer_create(KIND_DEVICE, n);
   buffer_t b = buffer_create(KIND_DEVICE, n);
   buffer_t out = buffer_create(KIND_PINNED, n);
-  unsigned char* before = malloc(n);
-  unsigned char* expected = malloc(n);
-  assert_non_null(before);
-  assert_non_null(expected);
+  unsigned char* before = checked_malloc(n);
+  unsigned char* expected = checked_malloc(n);
   fill_pattern(before, n, 300);
   buffer_write(&b, 0, before, n);
   memset(out.ptr, 0, n);
@@ -539,12 +423,9 @@ static void test_copy_stream_ordered_chain(void** state) {
 static void memset_kind(kind_t kind, gpumem_stream_t stream) {
   static const uint32_t values[] = {0xA7, 0xBEEF, 0xDEADBEEFu};
   buffer_t b = buffer_create(kind, MEMSET_BUFFER);
-  unsigned char* before = malloc(MEMSET_BUFFER);
-  unsigned char* expected = malloc(MEMSET_BUFFER);
-  unsigned char* got = malloc(MEMSET_BUFFER);
-  assert_non_null(before);
-  assert_non_null(expected);
-  assert_non_null(got);
+  unsigned char* before = checked_malloc(MEMSET_BUFFER);
+  unsigned char* expected = checked_malloc(MEMSET_BUFFER);
+  unsigned char* got = checked_malloc(MEMSET_BUFFER);
   for (unsigned e = 0; e < 3; e++) {
     const uint32_t element_size = 1u << e;
     const uint32_t value = values[e];
@@ -553,7 +434,7 @@ static void memset_kind(kind_t kind, gpumem_stream_t stream) {
     const size_t count = MEMSET_BYTES / element_size;
     char what[128];
     snprintf(what, sizeof what, "%s memset of %zu x %u-byte 0x%x on %s memory", stream ? "stream" : "synchronous",
-             count, element_size, value, kind_names[kind]);
+             count, element_size, value, kind_name(kind));
 
     fill_pattern(before, MEMSET_BUFFER, 400 + e + 10 * (unsigned)kind);
     buffer_write(&b, 0, before, MEMSET_BUFFER);
@@ -633,9 +514,8 @@ static void test_memset_plain_host_memory_refused(void** state) {
   (void)state;
   require_gpu();
   const size_t n = 256;
-  unsigned char* plain = malloc(n);
+  unsigned char* plain = checked_malloc(n);
   unsigned char before[256];
-  assert_non_null(plain);
   fill_pattern(before, n, 500);
   memcpy(plain, before, n);
   expect_memset_refused(plain, 0x5A, 1, n, GPUMEM_ERROR_INVALID_POINTER, "plain host memory");

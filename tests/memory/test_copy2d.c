@@ -12,8 +12,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "test_bytes.h"
 #include "test_cuda.h"
-#include "test_util.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Helpers
@@ -23,62 +23,17 @@
  * copy should have written and did not is seen, and so is a byte written outside the region. */
 #define POISON 0xCD
 
-/* A byte sequence with no short period (xorshift64*), so that a shifted, partial or misplaced row
- * cannot match it; fast enough for buffers of tens of MiB. */
-static void fill_pattern(unsigned char* p, size_t n, unsigned seed) {
-  uint64_t x = 0x9E3779B97F4A7C15ull * (seed + 1u);
-  uint64_t v = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (i % 8 == 0) {
-      x ^= x >> 12;
-      x ^= x << 25;
-      x ^= x >> 27;
-      v = x * 0x2545F4914F6CDD1Dull;
-    }
-    const unsigned char b = (unsigned char)(v >> (8 * (i % 8)));
-    p[i] = b == POISON ? (unsigned char)0x5A : b;
-  }
+/* The pattern with every POISON byte replaced. */
+static void fill_unpoisoned(unsigned char* p, size_t n, unsigned seed) {
+  fill_pattern(p, n, seed);
+  for (size_t i = 0; i < n; i++)
+    if (p[i] == POISON) p[i] = 0x5A;
 }
 
 /* Every filled object gets a pattern of its own, so data left by an earlier check cannot pass. */
 static unsigned next_seed(void) {
   static unsigned seed = 1;
   return seed++;
-}
-
-/* Fails naming the first differing byte, which says more than "memcmp != 0". */
-static void expect_bytes(const unsigned char* got, const unsigned char* want, size_t n, const char* what) {
-  if (memcmp(got, want, n) == 0) return;
-  for (size_t i = 0; i < n; i++) {
-    if (got[i] != want[i]) {
-      print_error("%s: byte %zu of %zu is 0x%02x, expected 0x%02x%s\n", what, i, n, got[i], want[i],
-                  got[i] == POISON    ? " (not written)"
-                  : want[i] == POISON ? " (written outside the region)"
-                                      : "");
-      fail();
-    }
-  }
-}
-
-static void expect_ok(gpumem_status_t got, const char* what) {
-  if (got != GPUMEM_SUCCESS) {
-    print_error("%s returned %s; detail: %s\n", what, gpumem_status_name(got), gpumem_last_error_detail());
-    fail();
-  }
-}
-
-/* A refusal that gpumem made itself: the status, a piece of the detail, and no driver error. */
-static void expect_refusal(gpumem_status_t got, gpumem_status_t want, const char* detail, const char* what) {
-  if (got != want) {
-    print_error("%s returned %s, expected %s; detail: %s\n", what, gpumem_status_name(got), gpumem_status_name(want),
-                gpumem_last_error_detail());
-    fail();
-  }
-  if (strstr(gpumem_last_error_detail(), detail) == NULL) {
-    print_error("%s: detail \"%s\" does not contain \"%s\"\n", what, gpumem_last_error_detail(), detail);
-    fail();
-  }
-  assert_int_equal(gpumem_last_cuda_result(), 0);
 }
 
 /* The highest 16-byte-aligned address: a region of two rows from it wraps around. */
@@ -88,23 +43,6 @@ static void expect_refusal(gpumem_status_t got, gpumem_status_t want, const char
  * Issuing a copy. Every copy here is described in 3D; its 2D form is its first slice (depth 1,
  * z 0 on both sides), so one description and one reference model serve both.
  * ------------------------------------------------------------------------------------------- */
-
-static gpumem_copy2d_t as_2d(const gpumem_copy3d_t* c) {
-  gpumem_copy2d_t d = GPUMEM_COPY2D_INIT;
-  d.dst = c->dst;
-  d.dst_array = c->dst_array;
-  d.dst_x = c->dst_x;
-  d.dst_y = c->dst_y;
-  d.dst_pitch = c->dst_pitch;
-  d.src = c->src;
-  d.src_array = c->src_array;
-  d.src_x = c->src_x;
-  d.src_y = c->src_y;
-  d.src_pitch = c->src_pitch;
-  d.width = c->width;
-  d.height = c->height;
-  return d;
-}
 
 static gpumem_status_t issue2d(const gpumem_copy2d_t* c, bool async, gpumem_stream_t stream) {
   return async ? gpumem_copy2d_async(c, stream) : gpumem_copy2d(c);
@@ -117,7 +55,7 @@ static gpumem_status_t issue3d(const gpumem_copy3d_t* c, bool async, gpumem_stre
 static gpumem_status_t issue(int dims, const gpumem_copy3d_t* c, bool async, gpumem_stream_t stream) {
   if (dims == 3) return issue3d(c, async, stream);
   assert_true(c->depth == 1 && c->dst_z == 0 && c->src_z == 0);
-  const gpumem_copy2d_t c2 = as_2d(c);
+  const gpumem_copy2d_t c2 = copy2d_of_3d(c);
   return issue2d(&c2, async, stream);
 }
 
@@ -154,6 +92,110 @@ static void expect_copy_refused(int dims, const gpumem_copy3d_t* c, gpumem_statu
 static void run_copy(int dims, const gpumem_copy3d_t* c, gpumem_stream_t stream, const char* what) {
   expect_ok(issue(dims, c, stream != NULL, stream), what);
   if (stream) test_stream_sync(stream);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The two sides, for checks written once for both
+ * ------------------------------------------------------------------------------------------- */
+
+enum { DST, SRC };
+
+static const char* const kSideNames[] = {"dst", "src"};
+
+/* Sets a side's pointer and array (either or both may be NULL). */
+static void set_side(gpumem_copy3d_t* c, int side, void* ptr, gpumem_array_t* array) {
+  if (side == DST) {
+    c->dst = ptr;
+    c->dst_array = array;
+  } else {
+    c->src = ptr;
+    c->src_array = array;
+  }
+}
+
+/* What a memory side's region must keep within, the first dimension that defaults to the copy's
+ * extent when 0: x + width within the pitch, or (3D) y + height within the rows of a slice. */
+typedef struct {
+  bool slice;
+  const char* offset; /* "x" */
+  const char* extent; /* "width" */
+  const char* limit;  /* "pitch" */
+  const char* field;  /* the field that the detail names after "dst_" or "src_" */
+  const char* past;   /* what a region one more goes past */
+  const char* unit;   /* what one more is */
+  const char* outer;  /* the extent next out: with it 0 the copy is empty */
+  const char* exact;  /* regions that fill the bound exactly */
+  size_t overflowing; /* an offset that overflows with the extent added */
+} bound_t;
+
+enum { ROW_IN_PITCH, ROWS_IN_SLICE };
+
+/* slice, offset, extent, limit, field, past, unit, outer, exact, overflowing */
+static const bound_t kBounds[] = {
+    {false, "x", "width", "pitch", "pitch", "pitch", "row", "height", "rows ending exactly at the pitch", SIZE_MAX - 7},
+    {true, "y", "height", "slice height", "height", "slice", "rows", "depth", "slices filled exactly", SIZE_MAX - 1},
+};
+
+static size_t* bound_offset(gpumem_copy3d_t* c, const bound_t* b, int side) {
+  if (b->slice) return side == DST ? &c->dst_y : &c->src_y;
+  return side == DST ? &c->dst_x : &c->src_x;
+}
+
+static size_t* bound_limit(gpumem_copy3d_t* c, const bound_t* b, int side) {
+  if (b->slice) return side == DST ? &c->dst_height : &c->src_height;
+  return side == DST ? &c->dst_pitch : &c->src_pitch;
+}
+
+static size_t bound_extent(const gpumem_copy3d_t* c, const bound_t* b) { return b->slice ? c->height : c->width; }
+
+static size_t* bound_outer(gpumem_copy3d_t* c, const bound_t* b) { return b->slice ? &c->depth : &c->height; }
+
+/* Check 3 on each side of a valid copy of memory: a limit below the extent, a region one past the
+ * limit, a region past the default limit, an offset that overflows; all refused naming the field.
+ * It comes before the empty extent (check 5): with the outer extent 0 an exact fit passes and one
+ * more does not. */
+static void expect_bound_kept(int dims, const gpumem_copy3d_t* valid, const bound_t* b) {
+  char detail[16];
+  char what[128];
+  for (int side = 0; side < 2; side++) {
+    const char* const name = kSideNames[side];
+    snprintf(detail, sizeof detail, "%s_%s", name, b->field);
+    gpumem_copy3d_t c = *valid;
+    size_t* const offset = bound_offset(&c, b, side);
+    size_t* const limit = bound_limit(&c, b, side);
+    const size_t extent = bound_extent(&c, b);
+
+    *offset = 0;
+    *limit = extent - 1;
+    snprintf(what, sizeof what, "%s %s below the %s", name, b->limit, b->extent);
+    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, detail, what);
+    c = *valid;
+    *offset = *limit - extent + 1;
+    snprintf(what, sizeof what, "%s %s + %s one past the %s", name, b->offset, b->extent, b->past);
+    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, detail, what);
+    c = *valid;
+    *offset = 1;
+    *limit = 0;
+    snprintf(what, sizeof what, "%s %s 1 with %s 0 (= %s)", name, b->offset, b->limit, b->extent);
+    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, detail, what);
+    c = *valid;
+    *offset = b->overflowing;
+    snprintf(what, sizeof what, "%s %s + %s overflowing", name, b->offset, b->extent);
+    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, detail, what);
+  }
+
+  gpumem_copy3d_t c = *valid;
+  *bound_outer(&c, b) = 0;
+  for (int side = 0; side < 2; side++) *bound_offset(&c, b, side) = *bound_limit(&c, b, side) - bound_extent(&c, b);
+  snprintf(what, sizeof what, "%s, %s 0", b->exact, b->outer);
+  expect_copy_refused(dims, &c, GPUMEM_SUCCESS, NULL, what);
+  for (int side = 0; side < 2; side++) {
+    snprintf(detail, sizeof detail, "%s_%s", kSideNames[side], b->field);
+    snprintf(what, sizeof what, "%s %s one past the %s, %s 0", kSideNames[side], b->unit, b->past, b->outer);
+    ++*bound_offset(&c, b, side);
+    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, detail, what);
+    --*bound_offset(&c, b, side);
+  }
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -228,21 +270,9 @@ typedef struct {
 } shape_t;
 
 static gpumem_copy3d_t shape_copy(const shape_t* s, int dims) {
-  gpumem_copy3d_t c = GPUMEM_COPY3D_INIT;
-  c.dst_x = s->dst_x;
-  c.dst_y = s->dst_y;
-  c.dst_z = s->dst_z;
-  c.dst_pitch = s->dst_pitch;
-  c.dst_height = s->dst_height;
-  c.src_x = s->src_x;
-  c.src_y = s->src_y;
-  c.src_z = s->src_z;
-  c.src_pitch = s->src_pitch;
-  c.src_height = s->src_height;
-  c.width = s->width;
-  c.height = s->height;
-  c.depth = dims == 2 ? 1 : s->depth;
-  return c;
+  const copy_side_t dst = {NULL, NULL, s->dst_x, s->dst_y, s->dst_z, s->dst_pitch, s->dst_height};
+  const copy_side_t src = {NULL, NULL, s->src_x, s->src_y, s->src_z, s->src_pitch, s->src_height};
+  return copy3d_of(dst, src, s->width, s->height, dims == 2 ? 1 : s->depth);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -262,9 +292,9 @@ typedef struct {
 } host_buffers_t;
 
 static void host_buffers_init(host_buffers_t* h) {
-  fill_pattern(h->dst_before, HOST_BYTES, next_seed());
-  fill_pattern(h->src_before, HOST_BYTES, next_seed());
-  fill_pattern(h->fake_before, sizeof h->fake_before, next_seed());
+  fill_unpoisoned(h->dst_before, HOST_BYTES, next_seed());
+  fill_unpoisoned(h->src_before, HOST_BYTES, next_seed());
+  fill_unpoisoned(h->fake_before, sizeof h->fake_before, next_seed());
   memcpy(h->dst, h->dst_before, HOST_BYTES);
   memcpy(h->src, h->src_before, HOST_BYTES);
   memcpy(h->fake_array, h->fake_before, sizeof h->fake_array);
@@ -273,33 +303,69 @@ static void host_buffers_init(host_buffers_t* h) {
 static void host_buffers_unchanged(const host_buffers_t* h, const char* what) {
   char where[160];
   snprintf(where, sizeof where, "%s: destination", what);
-  expect_bytes(h->dst, h->dst_before, HOST_BYTES, where);
+  expect_bytes_poisoned(h->dst, h->dst_before, HOST_BYTES, POISON, where);
   snprintf(where, sizeof where, "%s: source", what);
-  expect_bytes(h->src, h->src_before, HOST_BYTES, where);
+  expect_bytes_poisoned(h->src, h->src_before, HOST_BYTES, POISON, where);
   snprintf(where, sizeof where, "%s: made-up array handle", what);
-  expect_bytes(h->fake_array, h->fake_before, sizeof h->fake_array, where);
+  expect_bytes_poisoned(h->fake_array, h->fake_before, sizeof h->fake_array, POISON, where);
 }
 
 static gpumem_array_t* fake_array(host_buffers_t* h) { return (gpumem_array_t*)(void*)h->fake_array; }
 
+static unsigned char* host_side(host_buffers_t* h, int side) { return side == DST ? h->dst : h->src; }
+
 /* A valid copy between the two host buffers: 20 bytes x 4 rows (x 1 slice), with offsets and
  * pitches on both sides and room for two more slices. */
 static gpumem_copy3d_t host_copy(host_buffers_t* h) {
-  gpumem_copy3d_t c = GPUMEM_COPY3D_INIT;
-  c.dst = h->dst;
-  c.dst_x = 3;
-  c.dst_y = 1;
-  c.dst_pitch = 40;
-  c.dst_height = 6;
-  c.src = h->src;
-  c.src_x = 5;
-  c.src_y = 2;
-  c.src_pitch = 48;
-  c.src_height = 7;
-  c.width = 20;
-  c.height = 4;
-  c.depth = 1;
-  return c;
+  const copy_side_t dst = {h->dst, NULL, 3, 1, 0, 40, 6};
+  const copy_side_t src = {h->src, NULL, 5, 2, 0, 48, 7};
+  return copy3d_of(dst, src, 20, 4, 1);
+}
+
+/* Each side's checks below are also made with an empty extent: the width for dst, the height for
+ * src. */
+static size_t* emptied_extent(gpumem_copy3d_t* c, int side) { return side == DST ? &c->width : &c->height; }
+
+static const char* const kEmptiedNames[] = {"width", "height"};
+
+/* A refused variant of the valid host copy, made on each side in turn: what it changes there; the
+ * status and the detail (%s: the side); and what to call it (%s: the side; a second %s: the emptied
+ * extent, or else the other side). */
+enum {
+  POINTER_AND_ARRAY = 1,   /* the side's array set too */
+  NO_POINTER = 2,          /* neither a pointer nor an array */
+  MADE_UP_ARRAY = 4,       /* a made-up array instead of the pointer */
+  BAD_PITCH = 8,           /* pitch 1 */
+  EMPTY = 16,              /* its extent emptied */
+  OTHER_MADE_UP_ARRAY = 32 /* a made-up array instead of the other side's pointer */
+};
+
+typedef struct {
+  unsigned changes;
+  gpumem_status_t want;
+  const char* detail;
+  const char* what;
+} side_case_t;
+
+static void expect_side_cases(host_buffers_t* h, int dims, const side_case_t* cases, size_t count) {
+  for (int side = 0; side < 2; side++) {
+    for (size_t i = 0; i < count; i++) {
+      const unsigned changes = cases[i].changes;
+      gpumem_copy3d_t c = host_copy(h);
+      if (changes & POINTER_AND_ARRAY) set_side(&c, side, host_side(h, side), fake_array(h));
+      if (changes & NO_POINTER) set_side(&c, side, NULL, NULL);
+      if (changes & MADE_UP_ARRAY) set_side(&c, side, NULL, fake_array(h));
+      if (changes & BAD_PITCH) *bound_limit(&c, &kBounds[ROW_IN_PITCH], side) = 1;
+      if (changes & EMPTY) *emptied_extent(&c, side) = 0;
+      if (changes & OTHER_MADE_UP_ARRAY) set_side(&c, 1 - side, NULL, fake_array(h));
+      char detail[64];
+      char what[96];
+      snprintf(detail, sizeof detail, cases[i].detail, kSideNames[side]);
+      snprintf(what, sizeof what, cases[i].what, kSideNames[side],
+               changes & EMPTY ? kEmptiedNames[side] : kSideNames[1 - side]);
+      expect_copy_refused(dims, &c, cases[i].want, detail, what);
+    }
+  }
 }
 
 static const int kDims[] = {2, 3};
@@ -315,41 +381,21 @@ static const int kDims[] = {2, 3};
 static const gpumem_copy2d_t kCopy2dInit = GPUMEM_COPY2D_INIT;
 static const gpumem_copy3d_t kCopy3dInit = GPUMEM_COPY3D_INIT;
 
+/* The fields of the descriptions, pointers apart, so that a mismatch names its field. */
+#define COPY2D_POINTERS(X) X(dst) X(dst_array) X(src) X(src_array)
+#define COPY2D_SIZES(X) X(struct_size) X(dst_x) X(dst_y) X(dst_pitch) X(src_x) X(src_y) X(src_pitch) X(width) X(height)
+#define COPY3D_SIZES(X) COPY2D_SIZES(X) X(dst_z) X(dst_height) X(src_z) X(src_height) X(depth)
+#define EXPECT_POINTER_EQUAL(field) assert_ptr_equal(a->field, b->field);
+#define EXPECT_SIZE_EQUAL(field) assert_int_equal(a->field, b->field);
+
 static void expect_copy2d_equal(const gpumem_copy2d_t* a, const gpumem_copy2d_t* b) {
-  assert_int_equal(a->struct_size, b->struct_size);
-  assert_ptr_equal(a->dst, b->dst);
-  assert_ptr_equal(a->dst_array, b->dst_array);
-  assert_int_equal(a->dst_x, b->dst_x);
-  assert_int_equal(a->dst_y, b->dst_y);
-  assert_int_equal(a->dst_pitch, b->dst_pitch);
-  assert_ptr_equal(a->src, b->src);
-  assert_ptr_equal(a->src_array, b->src_array);
-  assert_int_equal(a->src_x, b->src_x);
-  assert_int_equal(a->src_y, b->src_y);
-  assert_int_equal(a->src_pitch, b->src_pitch);
-  assert_int_equal(a->width, b->width);
-  assert_int_equal(a->height, b->height);
+  COPY2D_POINTERS(EXPECT_POINTER_EQUAL)
+  COPY2D_SIZES(EXPECT_SIZE_EQUAL)
 }
 
 static void expect_copy3d_equal(const gpumem_copy3d_t* a, const gpumem_copy3d_t* b) {
-  assert_int_equal(a->struct_size, b->struct_size);
-  assert_ptr_equal(a->dst, b->dst);
-  assert_ptr_equal(a->dst_array, b->dst_array);
-  assert_int_equal(a->dst_x, b->dst_x);
-  assert_int_equal(a->dst_y, b->dst_y);
-  assert_int_equal(a->dst_z, b->dst_z);
-  assert_int_equal(a->dst_pitch, b->dst_pitch);
-  assert_int_equal(a->dst_height, b->dst_height);
-  assert_ptr_equal(a->src, b->src);
-  assert_ptr_equal(a->src_array, b->src_array);
-  assert_int_equal(a->src_x, b->src_x);
-  assert_int_equal(a->src_y, b->src_y);
-  assert_int_equal(a->src_z, b->src_z);
-  assert_int_equal(a->src_pitch, b->src_pitch);
-  assert_int_equal(a->src_height, b->src_height);
-  assert_int_equal(a->width, b->width);
-  assert_int_equal(a->height, b->height);
-  assert_int_equal(a->depth, b->depth);
+  COPY2D_POINTERS(EXPECT_POINTER_EQUAL)
+  COPY3D_SIZES(EXPECT_SIZE_EQUAL)
 }
 
 static void test_copy2d_init_null_refused(void** state) {
@@ -360,24 +406,34 @@ static void test_copy2d_init_null_refused(void** state) {
   assert_detail_contains("is NULL");
 }
 
+/* struct_size values too small for the description of a rank. */
+static const size_t* small_sizes(int dims, size_t* count) {
+  static const size_t sizes2[] = {0, sizeof(size_t), sizeof(gpumem_copy2d_t) - 1};
+  static const size_t sizes3[] = {0, sizeof(size_t), sizeof(gpumem_copy2d_t), sizeof(gpumem_copy3d_t) - 1};
+  *count = dims == 2 ? sizeof sizes2 / sizeof sizes2[0] : sizeof sizes3 / sizeof sizes3[0];
+  return dims == 2 ? sizes2 : sizes3;
+}
+
 static void test_copy2d_init_small_struct_size_refused(void** state) {
   (void)state;
-  const size_t sizes2[] = {0, sizeof(size_t), sizeof(gpumem_copy2d_t) - 1};
-  for (size_t i = 0; i < sizeof sizes2 / sizeof sizes2[0]; i++) {
-    gpumem_copy2d_t c;
-    memset(&c, FILL, sizeof c);
-    assert_status(gpumem_copy2d_init(&c, sizes2[i]), GPUMEM_ERROR_INVALID_ARGUMENT);
-    assert_detail_contains("struct_size");
-    /* The caller's struct may be only that large: nothing is written past it. */
-    for (size_t b = sizes2[i]; b < sizeof c; b++) assert_int_equal(((const unsigned char*)&c)[b], FILL);
-  }
-  const size_t sizes3[] = {0, sizeof(size_t), sizeof(gpumem_copy2d_t), sizeof(gpumem_copy3d_t) - 1};
-  for (size_t i = 0; i < sizeof sizes3 / sizeof sizes3[0]; i++) {
-    gpumem_copy3d_t c;
-    memset(&c, FILL, sizeof c);
-    assert_status(gpumem_copy3d_init(&c, sizes3[i]), GPUMEM_ERROR_INVALID_ARGUMENT);
-    assert_detail_contains("struct_size");
-    for (size_t b = sizes3[i]; b < sizeof c; b++) assert_int_equal(((const unsigned char*)&c)[b], FILL);
+  for (int d = 0; d < DIMS_COUNT; d++) {
+    const int dims = kDims[d];
+    const size_t full = dims == 2 ? sizeof(gpumem_copy2d_t) : sizeof(gpumem_copy3d_t);
+    size_t count = 0;
+    const size_t* const sizes = small_sizes(dims, &count);
+    for (size_t i = 0; i < count; i++) {
+      const size_t size = sizes[i];
+      union {
+        gpumem_copy2d_t c2;
+        gpumem_copy3d_t c3;
+      } c;
+      memset(&c, FILL, sizeof c);
+      assert_status(dims == 2 ? gpumem_copy2d_init(&c.c2, size) : gpumem_copy3d_init(&c.c3, size),
+                    GPUMEM_ERROR_INVALID_ARGUMENT);
+      assert_detail_contains("struct_size");
+      /* The caller's struct may be only that large: nothing is written past it. */
+      for (size_t b = size; b < full; b++) assert_int_equal(((const unsigned char*)&c)[b], FILL);
+    }
   }
 }
 
@@ -385,26 +441,25 @@ static void test_copy2d_init_small_struct_size_refused(void** state) {
 static void test_copy2d_init_fills_defaults(void** state) {
   (void)state;
   gpumem_copy2d_t zero2;
-  memset(&zero2, 0, sizeof zero2);
-  zero2.struct_size = sizeof zero2;
-  gpumem_copy2d_t c2;
-  memset(&c2, FILL, sizeof c2);
-  assert_ok(gpumem_copy2d_init(&c2, sizeof c2));
-  expect_copy2d_equal(&c2, &zero2);
-  const gpumem_copy2d_t macro2 = GPUMEM_COPY2D_INIT;
-  expect_copy2d_equal(&macro2, &c2);
-  expect_copy2d_equal(&kCopy2dInit, &c2);
-
   gpumem_copy3d_t zero3;
+  memset(&zero2, 0, sizeof zero2);
   memset(&zero3, 0, sizeof zero3);
+  zero2.struct_size = sizeof zero2;
   zero3.struct_size = sizeof zero3;
+  gpumem_copy2d_t c2;
   gpumem_copy3d_t c3;
+  memset(&c2, FILL, sizeof c2);
   memset(&c3, FILL, sizeof c3);
+  assert_ok(gpumem_copy2d_init(&c2, sizeof c2));
   assert_ok(gpumem_copy3d_init(&c3, sizeof c3));
-  expect_copy3d_equal(&c3, &zero3);
+  const gpumem_copy2d_t macro2 = GPUMEM_COPY2D_INIT;
   const gpumem_copy3d_t macro3 = GPUMEM_COPY3D_INIT;
-  expect_copy3d_equal(&macro3, &c3);
-  expect_copy3d_equal(&kCopy3dInit, &c3);
+  const gpumem_copy2d_t* const want2[] = {&zero2, &macro2, &kCopy2dInit};
+  const gpumem_copy3d_t* const want3[] = {&zero3, &macro3, &kCopy3dInit};
+  for (int i = 0; i < 3; i++) {
+    expect_copy2d_equal(&c2, want2[i]);
+    expect_copy3d_equal(&c3, want3[i]);
+  }
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -424,36 +479,38 @@ static void test_copy2d_null_copy_refused(void** state) {
   }
 }
 
+/* The description of c with another struct_size: the 2D one is its first slice. */
+static gpumem_status_t issue_sized(int dims, const gpumem_copy3d_t* c, size_t struct_size, int form) {
+  if (dims == 3) {
+    gpumem_copy3d_t c3 = *c;
+    c3.struct_size = struct_size;
+    return issue3d(&c3, form_async(form), form_stream(form));
+  }
+  gpumem_copy2d_t c2 = copy2d_of_3d(c);
+  c2.struct_size = struct_size;
+  return issue2d(&c2, form_async(form), form_stream(form));
+}
+
 static void test_copy2d_small_struct_size_refused(void** state) {
   (void)state;
   host_buffers_t h;
   host_buffers_init(&h);
   const gpumem_copy3d_t valid = host_copy(&h);
-  const size_t sizes2[] = {0, sizeof(size_t), sizeof(gpumem_copy2d_t) - 1};
-  const size_t sizes3[] = {0, sizeof(size_t), sizeof(gpumem_copy2d_t), sizeof(gpumem_copy3d_t) - 1};
   for (int form = 0; form < FORMS; form++) {
-    for (size_t i = 0; i < sizeof sizes2 / sizeof sizes2[0]; i++) {
-      char what[128];
-      snprintf(what, sizeof what, "2D copy with struct_size %zu, %s", sizes2[i], form_name(form));
-      gpumem_copy2d_t c = as_2d(&valid);
-      c.struct_size = sizes2[i];
-      expect_refusal(issue2d(&c, form_async(form), form_stream(form)), GPUMEM_ERROR_INVALID_ARGUMENT, "struct_size",
-                     what);
-      /* It comes first: a side with neither pointer nor array is not what is reported. */
-      c.dst = NULL;
-      expect_refusal(issue2d(&c, form_async(form), form_stream(form)), GPUMEM_ERROR_INVALID_ARGUMENT, "struct_size",
-                     what);
-    }
-    for (size_t i = 0; i < sizeof sizes3 / sizeof sizes3[0]; i++) {
-      char what[128];
-      snprintf(what, sizeof what, "3D copy with struct_size %zu, %s", sizes3[i], form_name(form));
-      gpumem_copy3d_t c = valid;
-      c.struct_size = sizes3[i];
-      expect_refusal(issue3d(&c, form_async(form), form_stream(form)), GPUMEM_ERROR_INVALID_ARGUMENT, "struct_size",
-                     what);
-      c.src = NULL;
-      expect_refusal(issue3d(&c, form_async(form), form_stream(form)), GPUMEM_ERROR_INVALID_ARGUMENT, "struct_size",
-                     what);
+    for (int d = 0; d < DIMS_COUNT; d++) {
+      const int dims = kDims[d];
+      size_t count = 0;
+      const size_t* const sizes = small_sizes(dims, &count);
+      for (size_t i = 0; i < count; i++) {
+        const size_t size = sizes[i];
+        char what[128];
+        snprintf(what, sizeof what, "%dD copy with struct_size %zu, %s", dims, size, form_name(form));
+        expect_refusal(issue_sized(dims, &valid, size, form), GPUMEM_ERROR_INVALID_ARGUMENT, "struct_size", what);
+        /* It comes first: a side with neither pointer nor array is not what is reported. */
+        gpumem_copy3d_t missing = valid;
+        set_side(&missing, dims == 2 ? DST : SRC, NULL, NULL);
+        expect_refusal(issue_sized(dims, &missing, size, form), GPUMEM_ERROR_INVALID_ARGUMENT, "struct_size", what);
+      }
     }
   }
   host_buffers_unchanged(&h, "after copies with a small struct_size");
@@ -475,7 +532,7 @@ static void test_copy2d_larger_struct_size_accepted(void** state) {
   } c3;
   memset(&c2, 0, sizeof c2);
   memset(&c3, 0, sizeof c3);
-  c2.c = as_2d(&valid);
+  c2.c = copy2d_of_3d(&valid);
   c2.c.struct_size = sizeof c2;
   c2.c.width = 0;
   c3.c = valid;
@@ -493,35 +550,16 @@ static void test_copy2d_both_pointer_and_array_refused(void** state) {
   (void)state;
   host_buffers_t h;
   host_buffers_init(&h);
-  for (int d = 0; d < DIMS_COUNT; d++) {
-    const int dims = kDims[d];
-    gpumem_copy3d_t c = host_copy(&h);
-    c.dst_array = fake_array(&h);
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "dst has both a pointer and an array",
-                        "dst with a pointer and an array");
-    /* Reported before a bad pitch (check 3) and before an empty extent (check 5). */
-    c.dst_pitch = 1;
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "dst has both a pointer and an array",
-                        "dst with a pointer, an array and a bad pitch");
-    c = host_copy(&h);
-    c.dst_array = fake_array(&h);
-    c.width = 0;
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "dst has both a pointer and an array",
-                        "dst with a pointer and an array, width 0");
-
-    c = host_copy(&h);
-    c.src_array = fake_array(&h);
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "src has both a pointer and an array",
-                        "src with a pointer and an array");
-    c.src_pitch = 1;
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "src has both a pointer and an array",
-                        "src with a pointer, an array and a bad pitch");
-    c = host_copy(&h);
-    c.src_array = fake_array(&h);
-    c.height = 0;
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "src has both a pointer and an array",
-                        "src with a pointer and an array, height 0");
-  }
+  /* Reported before a bad pitch (check 3) and before an empty extent (check 5). */
+  static const side_case_t cases[] = {
+      {POINTER_AND_ARRAY, GPUMEM_ERROR_INVALID_ARGUMENT, "%s has both a pointer and an array",
+       "%s with a pointer and an array"},
+      {POINTER_AND_ARRAY | BAD_PITCH, GPUMEM_ERROR_INVALID_ARGUMENT, "%s has both a pointer and an array",
+       "%s with a pointer, an array and a bad pitch"},
+      {POINTER_AND_ARRAY | EMPTY, GPUMEM_ERROR_INVALID_ARGUMENT, "%s has both a pointer and an array",
+       "%s with a pointer and an array, %s 0"},
+  };
+  for (int d = 0; d < DIMS_COUNT; d++) expect_side_cases(&h, kDims[d], cases, sizeof cases / sizeof cases[0]);
   host_buffers_unchanged(&h, "after copies with both a pointer and an array");
 }
 
@@ -529,25 +567,13 @@ static void test_copy2d_neither_pointer_nor_array_refused(void** state) {
   (void)state;
   host_buffers_t h;
   host_buffers_init(&h);
-  for (int d = 0; d < DIMS_COUNT; d++) {
-    const int dims = kDims[d];
-    gpumem_copy3d_t c = host_copy(&h);
-    c.dst = NULL;
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "dst has neither a pointer nor an array",
-                        "dst with neither");
-    /* An empty extent does not excuse a missing side. */
-    c.width = 0;
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "dst has neither a pointer nor an array",
-                        "dst with neither, width 0");
-
-    c = host_copy(&h);
-    c.src = NULL;
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "src has neither a pointer nor an array",
-                        "src with neither");
-    c.height = 0;
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "src has neither a pointer nor an array",
-                        "src with neither, height 0");
-  }
+  /* An empty extent does not excuse a missing side. */
+  static const side_case_t cases[] = {
+      {NO_POINTER, GPUMEM_ERROR_INVALID_ARGUMENT, "%s has neither a pointer nor an array", "%s with neither"},
+      {NO_POINTER | EMPTY, GPUMEM_ERROR_INVALID_ARGUMENT, "%s has neither a pointer nor an array",
+       "%s with neither, %s 0"},
+  };
+  for (int d = 0; d < DIMS_COUNT; d++) expect_side_cases(&h, kDims[d], cases, sizeof cases / sizeof cases[0]);
   host_buffers_unchanged(&h, "after copies with a missing side");
 }
 
@@ -556,64 +582,14 @@ static void test_copy2d_row_past_pitch_refused(void** state) {
   (void)state;
   host_buffers_t h;
   host_buffers_init(&h);
+  const gpumem_copy3d_t valid = host_copy(&h);
+  /* Checked before the array handle (check 4): the made-up array on the other side is not reported. */
+  static const side_case_t made_up_other[] = {
+      {BAD_PITCH | OTHER_MADE_UP_ARRAY, GPUMEM_ERROR_INVALID_ARGUMENT, "%s_pitch", "bad %s pitch, made-up %s array"},
+  };
   for (int d = 0; d < DIMS_COUNT; d++) {
-    const int dims = kDims[d];
-    const gpumem_copy3d_t valid = host_copy(&h);
-    gpumem_copy3d_t c;
-
-    c = valid;
-    c.dst_x = 0;
-    c.dst_pitch = c.width - 1;
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "dst_pitch", "dst pitch below the width");
-    c = valid;
-    c.dst_x = c.dst_pitch - c.width + 1;
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "dst_pitch", "dst x + width one past the pitch");
-    c = valid;
-    c.dst_x = 1;
-    c.dst_pitch = 0;
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "dst_pitch", "dst x 1 with pitch 0 (= width)");
-    c = valid;
-    c.dst_x = SIZE_MAX - 7;
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "dst_pitch", "dst x + width overflowing");
-
-    c = valid;
-    c.src_x = 0;
-    c.src_pitch = c.width - 1;
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "src_pitch", "src pitch below the width");
-    c = valid;
-    c.src_x = c.src_pitch - c.width + 1;
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "src_pitch", "src x + width one past the pitch");
-    c = valid;
-    c.src_x = 1;
-    c.src_pitch = 0;
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "src_pitch", "src x 1 with pitch 0 (= width)");
-    c = valid;
-    c.src_x = SIZE_MAX - 7;
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "src_pitch", "src x + width overflowing");
-
-    /* Checked before the empty extent: with height 0 an exact fit passes and one byte more does not. */
-    c = valid;
-    c.height = 0;
-    c.dst_x = c.dst_pitch - c.width;
-    c.src_x = c.src_pitch - c.width;
-    expect_copy_refused(dims, &c, GPUMEM_SUCCESS, NULL, "rows ending exactly at the pitch, height 0");
-    c.dst_x++;
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "dst_pitch", "dst row one past the pitch, height 0");
-    c.dst_x--;
-    c.src_x++;
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "src_pitch", "src row one past the pitch, height 0");
-
-    /* Checked before the array handle (check 4): the made-up array on the other side is not reported. */
-    c = valid;
-    c.dst_pitch = 1;
-    c.src = NULL;
-    c.src_array = fake_array(&h);
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "dst_pitch", "bad dst pitch, made-up src array");
-    c = valid;
-    c.src_pitch = 1;
-    c.dst = NULL;
-    c.dst_array = fake_array(&h);
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "src_pitch", "bad src pitch, made-up dst array");
+    expect_bound_kept(kDims[d], &valid, &kBounds[ROW_IN_PITCH]);
+    expect_side_cases(&h, kDims[d], made_up_other, 1);
   }
   host_buffers_unchanged(&h, "after copies with rows past the pitch");
 }
@@ -624,49 +600,7 @@ static void test_copy3d_rows_past_slice_height_refused(void** state) {
   host_buffers_t h;
   host_buffers_init(&h);
   const gpumem_copy3d_t valid = host_copy(&h);
-  gpumem_copy3d_t c;
-
-  c = valid;
-  c.dst_y = 0;
-  c.dst_height = c.height - 1;
-  expect_copy_refused(3, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "dst_height", "dst slice height below the height");
-  c = valid;
-  c.dst_y = c.dst_height - c.height + 1;
-  expect_copy_refused(3, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "dst_height", "dst y + height one past the slice");
-  c = valid;
-  c.dst_y = 1;
-  c.dst_height = 0;
-  expect_copy_refused(3, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "dst_height", "dst y 1 with slice height 0 (= height)");
-  c = valid;
-  c.dst_y = SIZE_MAX - 1;
-  expect_copy_refused(3, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "dst_height", "dst y + height overflowing");
-
-  c = valid;
-  c.src_y = 0;
-  c.src_height = c.height - 1;
-  expect_copy_refused(3, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "src_height", "src slice height below the height");
-  c = valid;
-  c.src_y = c.src_height - c.height + 1;
-  expect_copy_refused(3, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "src_height", "src y + height one past the slice");
-  c = valid;
-  c.src_y = 1;
-  c.src_height = 0;
-  expect_copy_refused(3, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "src_height", "src y 1 with slice height 0 (= height)");
-  c = valid;
-  c.src_y = SIZE_MAX - 1;
-  expect_copy_refused(3, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "src_height", "src y + height overflowing");
-
-  /* Before the empty extent: with depth 0 an exact fit passes and one row more does not. */
-  c = valid;
-  c.depth = 0;
-  c.dst_y = c.dst_height - c.height;
-  c.src_y = c.src_height - c.height;
-  expect_copy_refused(3, &c, GPUMEM_SUCCESS, NULL, "slices filled exactly, depth 0");
-  c.dst_y++;
-  expect_copy_refused(3, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "dst_height", "dst rows one past the slice, depth 0");
-  c.dst_y--;
-  c.src_y++;
-  expect_copy_refused(3, &c, GPUMEM_ERROR_INVALID_ARGUMENT, "src_height", "src rows one past the slice, depth 0");
+  expect_bound_kept(3, &valid, &kBounds[ROWS_IN_SLICE]);
   host_buffers_unchanged(&h, "after copies with rows past the slice");
 }
 
@@ -674,28 +608,17 @@ static void test_copy2d_dead_array_refused(void** state) {
   (void)state;
   host_buffers_t h;
   host_buffers_init(&h);
+  /* Before the empty extent. */
+  static const side_case_t cases[] = {
+      {MADE_UP_ARRAY, GPUMEM_ERROR_INVALID_HANDLE, "not a live gpumem array", "made-up %s array"},
+      {MADE_UP_ARRAY | EMPTY, GPUMEM_ERROR_INVALID_HANDLE, "not a live gpumem array", "made-up %s array, %s 0"},
+  };
   for (int d = 0; d < DIMS_COUNT; d++) {
     const int dims = kDims[d];
-    gpumem_copy3d_t c = host_copy(&h);
-    c.dst = NULL;
-    c.dst_array = fake_array(&h);
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_HANDLE, "not a live gpumem array", "made-up dst array");
-    /* Before the empty extent. */
-    c.width = 0;
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_HANDLE, "not a live gpumem array", "made-up dst array, width 0");
-
-    c = host_copy(&h);
-    c.src = NULL;
-    c.src_array = fake_array(&h);
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_HANDLE, "not a live gpumem array", "made-up src array");
-    c.height = 0;
-    expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_HANDLE, "not a live gpumem array",
-                        "made-up src array, height 0");
-
+    expect_side_cases(&h, dims, cases, sizeof cases / sizeof cases[0]);
     /* The host fixture itself, taken for an array. */
-    c = host_copy(&h);
-    c.src = NULL;
-    c.src_array = (const gpumem_array_t*)(const void*)&h;
+    gpumem_copy3d_t c = host_copy(&h);
+    set_side(&c, SRC, NULL, (gpumem_array_t*)(void*)&h);
     expect_copy_refused(dims, &c, GPUMEM_ERROR_INVALID_HANDLE, "not a live gpumem array", "a host struct as src array");
   }
   host_buffers_unchanged(&h, "after copies with made-up arrays");
@@ -739,11 +662,8 @@ static void test_copy2d_empty_extent_writes_nothing(void** state) {
  * Objects on a GPU: memory of each kind, or a CUDA array, filled and read whole
  * ------------------------------------------------------------------------------------------- */
 
-typedef enum { KIND_DEVICE, KIND_PINNED, KIND_REGISTERED, KIND_MANAGED, KIND_PLAIN, KIND_ARRAY } kind_t;
-
-#define MEMORY_KINDS 5
-
-static const char* const kind_names[] = {"device", "pinned host", "registered host", "managed", "plain host", "array"};
+/* An object that is a CUDA array rather than memory of a kind. */
+#define KIND_ARRAY KIND_COUNT
 
 typedef struct {
   kind_t kind;
@@ -754,7 +674,8 @@ typedef struct {
   size_t size; /* bytes of the memory, or of the array's elements */
 } object_t;
 
-#define PAGE 4096
+static const char* object_name(const object_t* o) { return o->kind == KIND_ARRAY ? "array" : kind_name(o->kind); }
+
 /* Poisoned bytes after every region, so that a write past its end shows. */
 #define TAIL 61
 
@@ -763,32 +684,7 @@ static object_t memory_create(kind_t kind, size_t size) {
   memset(&o, 0, sizeof o);
   o.kind = kind;
   o.size = size;
-  void* p = NULL;
-  switch (kind) {
-    case KIND_DEVICE:
-      assert_ok(gpumem_device_alloc(0, size, &p));
-      break;
-    case KIND_PINNED:
-      assert_ok(gpumem_host_alloc(size, 0, &p));
-      break;
-    case KIND_REGISTERED: {
-      /* Whole pages, so the registration covers nothing that another buffer could share. */
-      const size_t rounded = (size + PAGE - 1) / PAGE * PAGE;
-      assert_int_equal(posix_memalign(&p, PAGE, rounded), 0);
-      assert_ok(gpumem_host_register(p, rounded, 0));
-      break;
-    }
-    case KIND_MANAGED:
-      assert_ok(gpumem_managed_alloc(0, size, 0, &p));
-      break;
-    case KIND_PLAIN:
-      p = malloc(size);
-      break;
-    default:
-      fail();
-  }
-  assert_non_null(p);
-  o.ptr = p;
+  o.ptr = memory_alloc(kind, 0, size);
   return o;
 }
 
@@ -811,13 +707,7 @@ static object_t array_create(int32_t format, uint32_t channels, size_t width, si
   object_t o;
   memset(&o, 0, sizeof o);
   o.kind = KIND_ARRAY;
-  gpumem_array_desc_t desc = GPUMEM_ARRAY_DESC_INIT;
-  desc.format = format;
-  desc.channels = channels;
-  desc.width = width;
-  desc.height = height;
-  desc.depth = depth;
-  assert_ok(gpumem_array_create(&desc, &o.array));
+  o.array = array_create_on(0, format, channels, width, height, depth);
   o.elem = format_bytes(format) * channels;
   o.width = width;
   o.height = height;
@@ -827,27 +717,10 @@ static object_t array_create(int32_t format, uint32_t channels, size_t width, si
 }
 
 static void object_destroy(object_t* o) {
-  switch (o->kind) {
-    case KIND_DEVICE:
-      assert_ok(gpumem_device_free(o->ptr));
-      break;
-    case KIND_PINNED:
-      assert_ok(gpumem_host_free(o->ptr));
-      break;
-    case KIND_REGISTERED:
-      assert_ok(gpumem_host_unregister(o->ptr));
-      free(o->ptr);
-      break;
-    case KIND_MANAGED:
-      assert_ok(gpumem_managed_free(o->ptr));
-      break;
-    case KIND_PLAIN:
-      free(o->ptr);
-      break;
-    case KIND_ARRAY:
-      assert_ok(gpumem_array_destroy(o->array));
-      break;
-  }
+  if (o->kind == KIND_ARRAY)
+    assert_ok(gpumem_array_destroy(o->array));
+  else
+    memory_free(o->kind, o->ptr);
   memset(o, 0, sizeof *o);
 }
 
@@ -929,20 +802,15 @@ typedef struct {
 } images_t;
 
 static images_t images_create(size_t size) {
-  images_t im;
-  void* p[3] = {NULL, NULL, NULL};
-  for (int i = 0; i < 3; i++) assert_ok(gpumem_host_alloc(size, 0, &p[i]));
-  im.source = p[0];
-  im.expected = p[1];
-  im.got = p[2];
-  im.size = size;
+  const images_t im = {memory_alloc(KIND_PINNED, 0, size), memory_alloc(KIND_PINNED, 0, size),
+                       memory_alloc(KIND_PINNED, 0, size), size};
   return im;
 }
 
 static void images_destroy(images_t* im) {
-  assert_ok(gpumem_host_free(im->source));
-  assert_ok(gpumem_host_free(im->expected));
-  assert_ok(gpumem_host_free(im->got));
+  memory_free(KIND_PINNED, im->source);
+  memory_free(KIND_PINNED, im->expected);
+  memory_free(KIND_PINNED, im->got);
 }
 
 /* The check of every successful copy: the source holds a fresh pattern and the destination poison;
@@ -951,7 +819,7 @@ static void images_destroy(images_t* im) {
 static void check_copy(int dims, const gpumem_copy3d_t* c, const object_t* dst, const object_t* src, images_t* im,
                        gpumem_stream_t stream, const char* what) {
   assert_true(dst->size <= im->size && src->size <= im->size);
-  fill_pattern(im->source, src->size, next_seed());
+  fill_unpoisoned(im->source, src->size, next_seed());
   object_write(src, im->source);
   memset(im->expected, POISON, dst->size);
   object_write(dst, im->expected);
@@ -962,20 +830,27 @@ static void check_copy(int dims, const gpumem_copy3d_t* c, const object_t* dst, 
              src_layout(src, c));
   char where[320];
   snprintf(where, sizeof where, "%s (%dD, %s, %s to %s): destination", what, dims,
-           stream ? "on a stream" : "synchronous", kind_names[src->kind], kind_names[dst->kind]);
+           stream ? "on a stream" : "synchronous", object_name(src), object_name(dst));
   object_read(dst, im->got);
-  expect_bytes(im->got, im->expected, dst->size, where);
+  expect_bytes_poisoned(im->got, im->expected, dst->size, POISON, where);
   snprintf(where, sizeof where, "%s (%dD, %s, %s to %s): source", what, dims, stream ? "on a stream" : "synchronous",
-           kind_names[src->kind], kind_names[dst->kind]);
+           object_name(src), object_name(dst));
   object_read(src, im->got);
-  expect_bytes(im->got, im->source, src->size, where);
+  expect_bytes_poisoned(im->got, im->source, src->size, POISON, where);
+}
+
+/* Synchronously, then on the stream. */
+static void check_copy_both_forms(int dims, const gpumem_copy3d_t* c, const object_t* dst, const object_t* src,
+                                  images_t* im, gpumem_stream_t stream, const char* what) {
+  check_copy(dims, c, dst, src, im, NULL, what);
+  check_copy(dims, c, dst, src, im, stream, what);
 }
 
 /* A copy within one object (rows of one buffer, boxes of one array) that share no byte. */
 static void check_copy_within(int dims, const gpumem_copy3d_t* c, const object_t* o, images_t* im,
                               gpumem_stream_t stream, const char* what) {
   assert_true(o->size <= im->size);
-  fill_pattern(im->source, o->size, next_seed());
+  fill_unpoisoned(im->source, o->size, next_seed());
   object_write(o, im->source);
 
   run_copy(dims, c, stream, what);
@@ -985,9 +860,9 @@ static void check_copy_within(int dims, const gpumem_copy3d_t* c, const object_t
              src_layout(o, c));
   char where[320];
   snprintf(where, sizeof where, "%s (%dD, %s, within %s)", what, dims, stream ? "on a stream" : "synchronous",
-           kind_names[o->kind]);
+           object_name(o));
   object_read(o, im->got);
-  expect_bytes(im->got, im->expected, o->size, where);
+  expect_bytes_poisoned(im->got, im->expected, o->size, POISON, where);
 }
 
 /* Every form gives want (and the detail) and leaves every object as it was. */
@@ -998,16 +873,16 @@ static void check_refused(int dims, const gpumem_copy3d_t* c, const object_t* co
   for (size_t k = 0; k < count; k++) {
     assert_true(objects[k]->size <= im->size);
     seeds[k] = next_seed();
-    fill_pattern(im->source, objects[k]->size, seeds[k]);
+    fill_unpoisoned(im->source, objects[k]->size, seeds[k]);
     object_write(objects[k], im->source);
   }
   expect_copy_refused(dims, c, want, detail, what);
   for (size_t k = 0; k < count; k++) {
     char where[320];
-    snprintf(where, sizeof where, "%s (%dD): %s after the refusal", what, dims, kind_names[objects[k]->kind]);
-    fill_pattern(im->source, objects[k]->size, seeds[k]);
+    snprintf(where, sizeof where, "%s (%dD): %s after the refusal", what, dims, object_name(objects[k]));
+    fill_unpoisoned(im->source, objects[k]->size, seeds[k]);
     object_read(objects[k], im->got);
-    expect_bytes(im->got, im->source, objects[k]->size, where);
+    expect_bytes_poisoned(im->got, im->source, objects[k]->size, POISON, where);
   }
 }
 
@@ -1020,25 +895,28 @@ static const shape_t kPairShape = {"pair", 29, 4, 3, 2, 2, 2, 37, 6, 5, 1, 1, 41
 
 static const shape_t kPairShape2d = {"pair", 45, 6, 0, 9, 1, 0, 67, 0, 3, 2, 0, 61, 0};
 
+#define PAIR_KINDS 5
+static const kind_t kPairKinds[PAIR_KINDS] = {KIND_DEVICE, KIND_PINNED, KIND_REGISTERED, KIND_MANAGED, KIND_PLAIN};
+
 static void copy_every_pair(int dims, gpumem_stream_t stream) {
   gpumem_copy3d_t c = shape_copy(dims == 2 ? &kPairShape2d : &kPairShape, dims);
   const size_t dst_size = dst_bytes(&c);
   const size_t src_size = src_bytes(&c);
   images_t im = images_create(dst_size > src_size ? dst_size : src_size);
-  object_t dst[MEMORY_KINDS];
-  object_t src[MEMORY_KINDS];
-  for (int k = 0; k < MEMORY_KINDS; k++) {
-    dst[k] = memory_create((kind_t)k, dst_size);
-    src[k] = memory_create((kind_t)k, src_size);
+  object_t dst[PAIR_KINDS];
+  object_t src[PAIR_KINDS];
+  for (int k = 0; k < PAIR_KINDS; k++) {
+    dst[k] = memory_create(kPairKinds[k], dst_size);
+    src[k] = memory_create(kPairKinds[k], src_size);
   }
-  for (int from = 0; from < MEMORY_KINDS; from++) {
-    for (int to = 0; to < MEMORY_KINDS; to++) {
+  for (int from = 0; from < PAIR_KINDS; from++) {
+    for (int to = 0; to < PAIR_KINDS; to++) {
       c.dst = dst[to].ptr;
       c.src = src[from].ptr;
       check_copy(dims, &c, &dst[to], &src[from], &im, stream, "pair of kinds");
     }
   }
-  for (int k = 0; k < MEMORY_KINDS; k++) {
+  for (int k = 0; k < PAIR_KINDS; k++) {
     object_destroy(&dst[k]);
     object_destroy(&src[k]);
   }
@@ -1123,8 +1001,7 @@ static void copy_device_shapes(int dims, const shape_t* shapes, size_t count) {
     object_t src = memory_create(KIND_DEVICE, src_bytes(&c));
     c.dst = dst.ptr;
     c.src = src.ptr;
-    check_copy(dims, &c, &dst, &src, &im, NULL, shapes[i].name);
-    check_copy(dims, &c, &dst, &src, &im, stream, shapes[i].name);
+    check_copy_both_forms(dims, &c, &dst, &src, &im, stream, shapes[i].name);
     object_destroy(&dst);
     object_destroy(&src);
   }
@@ -1158,23 +1035,13 @@ static void test_copy2d_device_every_x_offset(void** state) {
   for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
     for (size_t src_x = 0; src_x < 16; src_x++) {
       for (size_t dst_x = 0; dst_x < 16; dst_x++) {
-        gpumem_copy3d_t c = GPUMEM_COPY3D_INIT;
-        c.width = widths[w];
-        c.height = 3;
-        c.depth = 1;
-        c.dst = dst.ptr;
-        c.dst_x = dst_x;
-        c.dst_y = 2;
-        c.dst_pitch = (widths[w] + 20) | 1;
-        c.src = src.ptr;
-        c.src_x = src_x;
-        c.src_y = 1;
-        c.src_pitch = (widths[w] + 16) | 1;
+        const gpumem_copy3d_t c = copy3d_of(
+            (copy_side_t){.ptr = dst.ptr, .x = dst_x, .y = 2, .pitch = (widths[w] + 20) | 1},
+            (copy_side_t){.ptr = src.ptr, .x = src_x, .y = 1, .pitch = (widths[w] + 16) | 1}, widths[w], 3, 1);
         assert_true(dst_bytes(&c) <= size && src_bytes(&c) <= size);
         char what[96];
         snprintf(what, sizeof what, "%zu-byte rows, src x %zu, dst x %zu", widths[w], src_x, dst_x);
-        check_copy(2, &c, &dst, &src, &im, NULL, what);
-        check_copy(2, &c, &dst, &src, &im, stream, what);
+        check_copy_both_forms(2, &c, &dst, &src, &im, stream, what);
       }
     }
   }
@@ -1262,7 +1129,7 @@ static void test_copy2d_overlapping_regions_refused(void** state) {
       const gpumem_copy3d_t c = within_copy(w, &o);
       assert_true(regions_share_byte(&c, o.ptr, o.size));
       char what[160];
-      snprintf(what, sizeof what, "%s in %s memory", w->s.name, kind_names[o.kind]);
+      snprintf(what, sizeof what, "%s in %s memory", w->s.name, object_name(&o));
       check_refused(w->dims, &c, objects, 1, &im, GPUMEM_ERROR_INVALID_ARGUMENT, "overlap", what);
     }
     object_destroy(&o);
@@ -1405,23 +1272,17 @@ static void test_copy2d_past_end_of_allocation_refused(void** state) {
       assert_true(length <= EDGE_OTHER);
       char what[160];
 
-      /* The destination one byte past the end, then exactly at it. */
-      c.dst = end - length + 1;
-      c.src = other.ptr;
-      snprintf(what, sizeof what, "%s, %s destination one byte past", s->name, kind_names[edge.kind]);
-      check_refused(dims, &c, objects, 2, &im, GPUMEM_ERROR_INVALID_POINTER, "past the end of its allocation", what);
-      c.dst = end - length;
-      snprintf(what, sizeof what, "%s, %s destination", s->name, kind_names[edge.kind]);
-      check_copy(dims, &c, &edge, &other, &im, NULL, what);
-
-      /* The same for the source. */
-      c.dst = other.ptr;
-      c.src = end - length + 1;
-      snprintf(what, sizeof what, "%s, %s source one byte past", s->name, kind_names[edge.kind]);
-      check_refused(dims, &c, objects, 2, &im, GPUMEM_ERROR_INVALID_POINTER, "past the end of its allocation", what);
-      c.src = end - length;
-      snprintf(what, sizeof what, "%s, %s source", s->name, kind_names[edge.kind]);
-      check_copy(dims, &c, &other, &edge, &im, NULL, what);
+      /* The destination, then the source, one byte past the end, then exactly at it. */
+      for (int side = 0; side < 2; side++) {
+        const char* const role = side == DST ? "destination" : "source";
+        set_side(&c, 1 - side, other.ptr, NULL);
+        set_side(&c, side, end - length + 1, NULL);
+        snprintf(what, sizeof what, "%s, %s %s one byte past", s->name, object_name(&edge), role);
+        check_refused(dims, &c, objects, 2, &im, GPUMEM_ERROR_INVALID_POINTER, "past the end of its allocation", what);
+        set_side(&c, side, end - length, NULL);
+        snprintf(what, sizeof what, "%s, %s %s", s->name, object_name(&edge), role);
+        check_copy(dims, &c, side == DST ? &edge : &other, side == DST ? &other : &edge, &im, NULL, what);
+      }
 
       /* A whole row (2D) or slice (3D) past. */
       c.dst = end - length;
@@ -1430,7 +1291,7 @@ static void test_copy2d_past_end_of_allocation_refused(void** state) {
         c.dst_y = 1;
       else
         c.dst_z = 1;
-      snprintf(what, sizeof what, "%s, %s destination a row or slice past", s->name, kind_names[edge.kind]);
+      snprintf(what, sizeof what, "%s, %s destination a row or slice past", s->name, object_name(&edge));
       check_refused(dims, &c, objects, 2, &im, GPUMEM_ERROR_INVALID_POINTER, "past the end of its allocation", what);
     }
     object_destroy(&edge);
@@ -1448,43 +1309,32 @@ static void test_copy2d_wrapping_region_refused(void** state) {
   const object_t* objects[] = {&dst, &src};
   for (int d = 0; d < DIMS_COUNT; d++) {
     const int dims = kDims[d];
-    gpumem_copy3d_t c = GPUMEM_COPY3D_INIT;
-    c.width = 32;
-    c.height = 2;
-    c.depth = 1;
-    c.dst_pitch = 64;
-    c.src_pitch = 64;
-
-    c.dst = WRAPPING_ADDRESS;
-    c.src = src.ptr;
-    check_refused(dims, &c, objects, 2, &im, GPUMEM_ERROR_INVALID_ARGUMENT, "wraps", "dst rows wrapping around");
-    c.dst = dst.ptr;
-    c.src = WRAPPING_ADDRESS;
-    check_refused(dims, &c, objects, 2, &im, GPUMEM_ERROR_INVALID_ARGUMENT, "wraps", "src rows wrapping around");
-
-    /* pitch x rows overflows before any address is added. */
-    c.src = src.ptr;
-    c.dst_pitch = SIZE_MAX / 2 + 1;
-    c.height = 3;
-    check_refused(dims, &c, objects, 2, &im, GPUMEM_ERROR_INVALID_ARGUMENT, "wraps", "dst pitch x height overflowing");
-    c.dst_pitch = 64;
-    c.src_pitch = SIZE_MAX / 2 + 1;
-    check_refused(dims, &c, objects, 2, &im, GPUMEM_ERROR_INVALID_ARGUMENT, "wraps", "src pitch x height overflowing");
+    const gpumem_copy3d_t rows =
+        copy3d_of((copy_side_t){.ptr = dst.ptr, .pitch = 64}, (copy_side_t){.ptr = src.ptr, .pitch = 64}, 32, 2, 1);
+    for (int side = 0; side < 2; side++) {
+      char what[64];
+      gpumem_copy3d_t c = rows;
+      set_side(&c, side, WRAPPING_ADDRESS, NULL);
+      snprintf(what, sizeof what, "%s rows wrapping around", kSideNames[side]);
+      check_refused(dims, &c, objects, 2, &im, GPUMEM_ERROR_INVALID_ARGUMENT, "wraps", what);
+      /* pitch x rows overflows before any address is added. */
+      c = rows;
+      c.height = 3;
+      *bound_limit(&c, &kBounds[ROW_IN_PITCH], side) = SIZE_MAX / 2 + 1;
+      snprintf(what, sizeof what, "%s pitch x height overflowing", kSideNames[side]);
+      check_refused(dims, &c, objects, 2, &im, GPUMEM_ERROR_INVALID_ARGUMENT, "wraps", what);
+    }
   }
   /* pitch x rows per slice x slices overflows. */
-  gpumem_copy3d_t c = GPUMEM_COPY3D_INIT;
-  c.dst = dst.ptr;
-  c.src = src.ptr;
-  c.width = 32;
-  c.height = 1;
-  c.depth = 2;
-  c.dst_pitch = 64;
-  c.dst_height = SIZE_MAX / 32;
-  c.src_pitch = 64;
-  check_refused(3, &c, objects, 2, &im, GPUMEM_ERROR_INVALID_ARGUMENT, "wraps", "dst slices overflowing");
-  c.dst_height = 0;
-  c.src_height = SIZE_MAX / 32;
-  check_refused(3, &c, objects, 2, &im, GPUMEM_ERROR_INVALID_ARGUMENT, "wraps", "src slices overflowing");
+  const gpumem_copy3d_t slices =
+      copy3d_of((copy_side_t){.ptr = dst.ptr, .pitch = 64}, (copy_side_t){.ptr = src.ptr, .pitch = 64}, 32, 1, 2);
+  for (int side = 0; side < 2; side++) {
+    char what[64];
+    gpumem_copy3d_t c = slices;
+    *bound_limit(&c, &kBounds[ROWS_IN_SLICE], side) = SIZE_MAX / 32;
+    snprintf(what, sizeof what, "%s slices overflowing", kSideNames[side]);
+    check_refused(3, &c, objects, 2, &im, GPUMEM_ERROR_INVALID_ARGUMENT, "wraps", what);
+  }
   object_destroy(&dst);
   object_destroy(&src);
   images_destroy(&im);
@@ -1520,32 +1370,14 @@ static void test_copy2d_array_every_format(void** state) {
       snprintf(what, sizeof what, "%s x %u", kFormatNames[f], (unsigned)kChannels[ch]);
       for (int form = 0; form < 2; form++) {
         gpumem_stream_t s = form ? stream : NULL;
-        gpumem_copy3d_t in = GPUMEM_COPY3D_INIT;
-        in.src = dev_src.ptr;
-        in.src_x = 5;
-        in.src_y = 1;
-        in.src_pitch = pitch;
-        in.dst_array = a.array;
-        in.dst_x = 3 * e;
-        in.dst_y = 2;
-        in.dst_pitch = 1; /* ignored for an array side */
-        in.width = 20 * e;
-        in.height = 5;
-        in.depth = 1;
+        /* A pitch of 1 on the array sides: ignored there. */
+        const gpumem_copy3d_t in =
+            copy3d_of((copy_side_t){.array = a.array, .x = 3 * e, .y = 2, .pitch = 1},
+                      (copy_side_t){.ptr = dev_src.ptr, .x = 5, .y = 1, .pitch = pitch}, 20 * e, 5, 1);
         check_copy(2, &in, &a, &dev_src, &im, s, what);
-
-        gpumem_copy3d_t out = GPUMEM_COPY3D_INIT;
-        out.src_array = a.array;
-        out.src_x = 10 * e;
-        out.src_y = 4;
-        out.src_pitch = 1;
-        out.dst = dev_dst.ptr;
-        out.dst_x = 7;
-        out.dst_y = 3;
-        out.dst_pitch = pitch;
-        out.width = 27 * e;
-        out.height = 7;
-        out.depth = 1;
+        const gpumem_copy3d_t out =
+            copy3d_of((copy_side_t){.ptr = dev_dst.ptr, .x = 7, .y = 3, .pitch = pitch},
+                      (copy_side_t){.array = a.array, .x = 10 * e, .y = 4, .pitch = 1}, 27 * e, 7, 1);
         check_copy(2, &out, &dev_dst, &a, &im, s, what);
       }
       object_destroy(&dev_src);
@@ -1569,29 +1401,14 @@ static void test_copy2d_array_1d(void** state) {
   object_t pinned = memory_create(KIND_PINNED, 100 * e + 64);
   for (int d = 0; d < DIMS_COUNT; d++) {
     const int dims = kDims[d];
-    gpumem_copy3d_t c = GPUMEM_COPY3D_INIT;
-    c.dst_array = a.array;
-    c.dst_x = 7 * e;
-    c.src = dev.ptr;
-    c.src_x = 3;
-    c.width = 50 * e;
-    c.height = 1;
-    c.depth = 1;
-    c.src_pitch = c.src_x + c.width;
-    check_copy(dims, &c, &a, &dev, &im, NULL, "device memory into a 1D array");
-    check_copy(dims, &c, &a, &dev, &im, stream, "device memory into a 1D array");
+    gpumem_copy3d_t c = copy3d_of((copy_side_t){.array = a.array, .x = 7 * e},
+                                  (copy_side_t){.ptr = dev.ptr, .x = 3, .pitch = 3 + 50 * e}, 50 * e, 1, 1);
+    check_copy_both_forms(dims, &c, &a, &dev, &im, stream, "device memory into a 1D array");
 
-    c = (gpumem_copy3d_t)GPUMEM_COPY3D_INIT;
-    c.src_array = a.array;
-    c.src_x = 60 * e;
-    c.dst = pinned.ptr;
-    c.dst_x = 5;
-    c.width = 40 * e; /* to the last element */
-    c.height = 1;
-    c.depth = 1;
-    c.dst_pitch = c.dst_x + c.width;
-    check_copy(dims, &c, &pinned, &a, &im, NULL, "the end of a 1D array into pinned memory");
-    check_copy(dims, &c, &pinned, &a, &im, stream, "the end of a 1D array into pinned memory");
+    /* To the last element. */
+    c = copy3d_of((copy_side_t){.ptr = pinned.ptr, .x = 5, .pitch = 5 + 40 * e},
+                  (copy_side_t){.array = a.array, .x = 60 * e}, 40 * e, 1, 1);
+    check_copy_both_forms(dims, &c, &pinned, &a, &im, stream, "the end of a 1D array into pinned memory");
   }
   object_destroy(&dev);
   object_destroy(&pinned);
@@ -1609,67 +1426,26 @@ static void test_copy3d_array_3d(void** state) {
   images_t im = images_create(ARRAY_IMAGES);
   object_t a = array_create(GPUMEM_FORMAT_F16, 4, 9, 7, 5);
   const size_t e = a.elem;
-  gpumem_copy3d_t in = GPUMEM_COPY3D_INIT;
-  in.src_x = 3;
-  in.src_y = 1;
-  in.src_z = 1;
-  in.src_pitch = 9 * e + 5;
-  in.src_height = 9;
-  in.dst_array = a.array;
-  in.dst_x = 2 * e;
-  in.dst_y = 1;
-  in.dst_z = 1;
-  in.width = 5 * e;
-  in.height = 4;
-  in.depth = 3;
+  gpumem_copy3d_t in = copy3d_of((copy_side_t){.array = a.array, .x = 2 * e, .y = 1, .z = 1},
+                                 (copy_side_t){.x = 3, .y = 1, .z = 1, .pitch = 9 * e + 5, .rows = 9}, 5 * e, 4, 3);
   object_t dev = memory_create(KIND_DEVICE, src_bytes(&in));
   in.src = dev.ptr;
-  check_copy(3, &in, &a, &dev, &im, NULL, "device memory into a box of a 3D array");
-  check_copy(3, &in, &a, &dev, &im, stream, "device memory into a box of a 3D array");
+  check_copy_both_forms(3, &in, &a, &dev, &im, stream, "device memory into a box of a 3D array");
 
   /* A box ending at the array's last element, into pinned memory. */
-  gpumem_copy3d_t out = GPUMEM_COPY3D_INIT;
-  out.src_array = a.array;
-  out.src_x = 4 * e;
-  out.src_y = 3;
-  out.src_z = 2;
-  out.dst_x = 9;
-  out.dst_y = 1;
-  out.dst_z = 1;
-  out.dst_pitch = 5 * e + 13;
-  out.dst_height = 6;
-  out.width = 5 * e;
-  out.height = 4;
-  out.depth = 3;
+  gpumem_copy3d_t out = copy3d_of((copy_side_t){.x = 9, .y = 1, .z = 1, .pitch = 5 * e + 13, .rows = 6},
+                                  (copy_side_t){.array = a.array, .x = 4 * e, .y = 3, .z = 2}, 5 * e, 4, 3);
   object_t pinned = memory_create(KIND_PINNED, dst_bytes(&out));
   out.dst = pinned.ptr;
-  check_copy(3, &out, &pinned, &a, &im, NULL, "a box of a 3D array into pinned memory");
-  check_copy(3, &out, &pinned, &a, &im, stream, "a box of a 3D array into pinned memory");
+  check_copy_both_forms(3, &out, &pinned, &a, &im, stream, "a box of a 3D array into pinned memory");
 
   /* The 2D form: rows of slice 0; the other slices keep their poison. */
-  gpumem_copy3d_t first = GPUMEM_COPY3D_INIT;
-  first.src = dev.ptr;
-  first.src_x = 1;
-  first.src_pitch = 9 * e + 1;
-  first.dst_array = a.array;
-  first.dst_y = 3;
-  first.width = 9 * e;
-  first.height = 2;
-  first.depth = 1;
-  check_copy(2, &first, &a, &dev, &im, NULL, "device memory into the first slice of a 3D array");
-  check_copy(2, &first, &a, &dev, &im, stream, "device memory into the first slice of a 3D array");
-  gpumem_copy3d_t back = GPUMEM_COPY3D_INIT;
-  back.src_array = a.array;
-  back.src_x = e;
-  back.src_y = 2;
-  back.dst = dev.ptr;
-  back.dst_x = 4;
-  back.dst_pitch = 8 * e + 4;
-  back.width = 8 * e;
-  back.height = 5;
-  back.depth = 1;
-  check_copy(2, &back, &dev, &a, &im, NULL, "the first slice of a 3D array into device memory");
-  check_copy(2, &back, &dev, &a, &im, stream, "the first slice of a 3D array into device memory");
+  const gpumem_copy3d_t first = copy3d_of((copy_side_t){.array = a.array, .y = 3},
+                                          (copy_side_t){.ptr = dev.ptr, .x = 1, .pitch = 9 * e + 1}, 9 * e, 2, 1);
+  check_copy_both_forms(2, &first, &a, &dev, &im, stream, "device memory into the first slice of a 3D array");
+  const gpumem_copy3d_t back = copy3d_of((copy_side_t){.ptr = dev.ptr, .x = 4, .pitch = 8 * e + 4},
+                                         (copy_side_t){.array = a.array, .x = e, .y = 2}, 8 * e, 5, 1);
+  check_copy_both_forms(2, &back, &dev, &a, &im, stream, "the first slice of a 3D array into device memory");
 
   object_destroy(&dev);
   object_destroy(&pinned);
@@ -1687,74 +1463,34 @@ static void test_copy2d_array_to_array(void** state) {
   object_t a = array_create(GPUMEM_FORMAT_U32, 1, 20, 10, 0);
   object_t b = array_create(GPUMEM_FORMAT_U32, 1, 16, 12, 0);
   const size_t e = a.elem;
-  gpumem_copy3d_t c = GPUMEM_COPY3D_INIT;
-  c.src_array = a.array;
-  c.src_x = 2 * e;
-  c.src_y = 3;
-  c.dst_array = b.array;
-  c.dst_x = 5 * e;
-  c.dst_y = 1;
-  c.width = 9 * e;
-  c.height = 4;
-  c.depth = 1;
+  const gpumem_copy3d_t c = copy3d_of((copy_side_t){.array = b.array, .x = 5 * e, .y = 1},
+                                      (copy_side_t){.array = a.array, .x = 2 * e, .y = 3}, 9 * e, 4, 1);
   for (int d = 0; d < DIMS_COUNT; d++) {
-    check_copy(kDims[d], &c, &b, &a, &im, NULL, "2D array to 2D array");
-    check_copy(kDims[d], &c, &b, &a, &im, stream, "2D array to 2D array");
+    check_copy_both_forms(kDims[d], &c, &b, &a, &im, stream, "2D array to 2D array");
   }
 
   /* Boxes of one array that share no element: apart, and touching. */
-  c.dst_array = a.array;
-  c.src_x = 0;
-  c.src_y = 0;
-  c.dst_x = 10 * e;
-  c.dst_y = 5;
-  c.width = 5 * e;
-  check_copy_within(2, &c, &a, &im, NULL, "boxes of one 2D array, apart");
-  c.dst_x = 5 * e;
-  c.dst_y = 0;
-  check_copy_within(2, &c, &a, &im, stream, "boxes of one 2D array, touching");
+  const copy_side_t corner = {.array = a.array};
+  const gpumem_copy3d_t apart = copy3d_of((copy_side_t){.array = a.array, .x = 10 * e, .y = 5}, corner, 5 * e, 4, 1);
+  check_copy_within(2, &apart, &a, &im, NULL, "boxes of one 2D array, apart");
+  const gpumem_copy3d_t touching = copy3d_of((copy_side_t){.array = a.array, .x = 5 * e}, corner, 5 * e, 4, 1);
+  check_copy_within(2, &touching, &a, &im, stream, "boxes of one 2D array, touching");
 
   object_t p = array_create(GPUMEM_FORMAT_F32, 2, 6, 5, 4);
   object_t q = array_create(GPUMEM_FORMAT_F32, 2, 7, 6, 3);
   const size_t e3 = p.elem;
-  gpumem_copy3d_t c3 = GPUMEM_COPY3D_INIT;
-  c3.src_array = p.array;
-  c3.src_x = e3;
-  c3.src_y = 1;
-  c3.src_z = 1;
-  c3.dst_array = q.array;
-  c3.dst_x = 2 * e3;
-  c3.dst_y = 2;
-  c3.dst_z = 0;
-  c3.width = 5 * e3;
-  c3.height = 4;
-  c3.depth = 3;
-  check_copy(3, &c3, &q, &p, &im, NULL, "3D array to 3D array");
-  check_copy(3, &c3, &q, &p, &im, stream, "3D array to 3D array");
+  const gpumem_copy3d_t c3 = copy3d_of((copy_side_t){.array = q.array, .x = 2 * e3, .y = 2},
+                                       (copy_side_t){.array = p.array, .x = e3, .y = 1, .z = 1}, 5 * e3, 4, 3);
+  check_copy_both_forms(3, &c3, &q, &p, &im, stream, "3D array to 3D array");
   /* Slices 0-1 to slices 2-3 of one array. */
-  c3.dst_array = p.array;
-  c3.src_x = 0;
-  c3.src_y = 0;
-  c3.src_z = 0;
-  c3.dst_x = 0;
-  c3.dst_y = 0;
-  c3.dst_z = 2;
-  c3.width = 6 * e3;
-  c3.height = 5;
-  c3.depth = 2;
-  check_copy_within(3, &c3, &p, &im, NULL, "slices of one 3D array");
+  const gpumem_copy3d_t slices =
+      copy3d_of((copy_side_t){.array = p.array, .z = 2}, (copy_side_t){.array = p.array}, 6 * e3, 5, 2);
+  check_copy_within(3, &slices, &p, &im, NULL, "slices of one 3D array");
 
   /* A 2D array into the first slice of a 3D one, in the 2D form. */
   object_t r = array_create(GPUMEM_FORMAT_F32, 2, 6, 5, 0);
-  gpumem_copy3d_t c2 = GPUMEM_COPY3D_INIT;
-  c2.src_array = r.array;
-  c2.src_y = 1;
-  c2.dst_array = q.array;
-  c2.dst_x = e3;
-  c2.dst_y = 2;
-  c2.width = 6 * e3;
-  c2.height = 4;
-  c2.depth = 1;
+  const gpumem_copy3d_t c2 = copy3d_of((copy_side_t){.array = q.array, .x = e3, .y = 2},
+                                       (copy_side_t){.array = r.array, .y = 1}, 6 * e3, 4, 1);
   check_copy(2, &c2, &q, &r, &im, NULL, "2D array into the first slice of a 3D array");
 
   object_destroy(&a);
@@ -1777,33 +1513,14 @@ static void test_copy2d_array_pinned_host(void** state) {
   object_t out = memory_create(KIND_PINNED, 77 * 6 + TAIL);
   for (int d = 0; d < DIMS_COUNT; d++) {
     const int dims = kDims[d];
-    gpumem_copy3d_t c = GPUMEM_COPY3D_INIT;
-    c.src = in.ptr;
-    c.src_x = 7;
-    c.src_y = 2;
-    c.src_pitch = 101;
-    c.src_height = 9;
-    c.dst_array = a.array;
-    c.dst_x = 4 * e;
-    c.dst_y = 1;
-    c.width = 20 * e;
-    c.height = 6;
-    c.depth = 1;
-    check_copy(dims, &c, &a, &in, &im, NULL, "pinned memory into an array");
-    check_copy(dims, &c, &a, &in, &im, stream, "pinned memory into an array");
+    gpumem_copy3d_t c = copy3d_of((copy_side_t){.array = a.array, .x = 4 * e, .y = 1},
+                                  (copy_side_t){.ptr = in.ptr, .x = 7, .y = 2, .pitch = 101, .rows = 9}, 20 * e, 6, 1);
+    check_copy_both_forms(dims, &c, &a, &in, &im, stream, "pinned memory into an array");
 
     /* Whole rows, down to the last one. */
-    c = (gpumem_copy3d_t)GPUMEM_COPY3D_INIT;
-    c.src_array = a.array;
-    c.src_y = 3;
-    c.dst = out.ptr;
-    c.dst_x = 9;
-    c.dst_pitch = 77;
-    c.width = 33 * e;
-    c.height = 6;
-    c.depth = 1;
-    check_copy(dims, &c, &out, &a, &im, NULL, "an array into pinned memory");
-    check_copy(dims, &c, &out, &a, &im, stream, "an array into pinned memory");
+    c = copy3d_of((copy_side_t){.ptr = out.ptr, .x = 9, .pitch = 77}, (copy_side_t){.array = a.array, .y = 3}, 33 * e,
+                  6, 1);
+    check_copy_both_forms(dims, &c, &out, &a, &im, stream, "an array into pinned memory");
   }
   object_destroy(&in);
   object_destroy(&out);
@@ -1857,36 +1574,15 @@ static void test_copy2d_array_bad_region_refused(void** state) {
     const array_bad_t* b = &kArrayBad[i];
     const object_t* a = &arrays[b->array];
     const object_t* objects[] = {a, &mem};
-    gpumem_copy3d_t c = GPUMEM_COPY3D_INIT;
-    c.width = b->width;
-    c.height = b->height;
-    c.depth = b->depth;
-    if (b->array_is_dst) {
-      c.dst_array = a->array;
-      c.dst_x = b->x;
-      c.dst_y = b->y;
-      c.dst_z = b->z;
-      c.src = mem.ptr;
-      c.src_pitch = 128;
-    } else {
-      c.src_array = a->array;
-      c.src_x = b->x;
-      c.src_y = b->y;
-      c.src_z = b->z;
-      c.dst = mem.ptr;
-      c.dst_pitch = 128;
-    }
+    const copy_side_t array = {.array = a->array, .x = b->x, .y = b->y, .z = b->z};
+    const copy_side_t memory = {.ptr = mem.ptr, .pitch = 128};
+    const gpumem_copy3d_t c = b->array_is_dst ? copy3d_of(array, memory, b->width, b->height, b->depth)
+                                              : copy3d_of(memory, array, b->width, b->height, b->depth);
     check_refused(b->dims, &c, objects, 2, &im, GPUMEM_ERROR_INVALID_ARGUMENT, b->detail, b->name);
   }
   /* An empty extent comes first (check 5): partial elements with width 0 succeed, writing nothing. */
-  gpumem_copy3d_t c = GPUMEM_COPY3D_INIT;
-  c.dst_array = arrays[2].array;
-  c.dst_x = 1;
-  c.src = mem.ptr;
-  c.src_pitch = 128;
-  c.width = 0;
-  c.height = 1;
-  c.depth = 1;
+  const gpumem_copy3d_t c =
+      copy3d_of((copy_side_t){.array = arrays[2].array, .x = 1}, (copy_side_t){.ptr = mem.ptr, .pitch = 128}, 0, 1, 1);
   const object_t* objects[] = {&arrays[2], &mem};
   for (int d = 0; d < DIMS_COUNT; d++)
     check_refused(kDims[d], &c, objects, 2, &im, GPUMEM_SUCCESS, NULL, "x of 1 byte, width 0");
@@ -1902,14 +1598,8 @@ static void test_copy2d_array_overlap_refused(void** state) {
   images_t im = images_create(ARRAY_IMAGES);
   object_t a = array_create(GPUMEM_FORMAT_U32, 1, 20, 10, 0);
   const object_t* objects2[] = {&a};
-  gpumem_copy3d_t c = GPUMEM_COPY3D_INIT;
-  c.src_array = a.array;
-  c.dst_array = a.array;
-  c.dst_x = 4 * a.elem;
-  c.dst_y = 3;
-  c.width = 5 * a.elem;
-  c.height = 4;
-  c.depth = 1;
+  gpumem_copy3d_t c = copy3d_of((copy_side_t){.array = a.array, .x = 4 * a.elem, .y = 3},
+                                (copy_side_t){.array = a.array}, 5 * a.elem, 4, 1);
   for (int d = 0; d < DIMS_COUNT; d++)
     check_refused(kDims[d], &c, objects2, 1, &im, GPUMEM_ERROR_INVALID_ARGUMENT, "overlap",
                   "boxes of one 2D array sharing one element");
@@ -1919,13 +1609,8 @@ static void test_copy2d_array_overlap_refused(void** state) {
 
   object_t p = array_create(GPUMEM_FORMAT_U16, 2, 6, 5, 4);
   const object_t* objects3[] = {&p};
-  gpumem_copy3d_t c3 = GPUMEM_COPY3D_INIT;
-  c3.src_array = p.array;
-  c3.dst_array = p.array;
-  c3.dst_z = 1;
-  c3.width = 6 * p.elem;
-  c3.height = 5;
-  c3.depth = 2;
+  const gpumem_copy3d_t c3 =
+      copy3d_of((copy_side_t){.array = p.array, .z = 1}, (copy_side_t){.array = p.array}, 6 * p.elem, 5, 2);
   check_refused(3, &c3, objects3, 1, &im, GPUMEM_ERROR_INVALID_ARGUMENT, "overlap",
                 "slices 0-1 onto slices 1-2 of one 3D array");
   object_destroy(&a);
@@ -1945,25 +1630,15 @@ static void test_copy2d_destroyed_array_refused(void** state) {
   const object_t* objects[] = {&mem};
   for (int d = 0; d < DIMS_COUNT; d++) {
     const int dims = kDims[d];
-    gpumem_copy3d_t c = GPUMEM_COPY3D_INIT;
-    c.dst_array = dead;
-    c.src = mem.ptr;
-    c.src_pitch = 64;
-    c.width = 64;
-    c.height = 8;
-    c.depth = 1;
+    const copy_side_t dead_side = {.array = dead};
+    const copy_side_t memory = {.ptr = mem.ptr, .pitch = 64};
+    gpumem_copy3d_t c = copy3d_of(dead_side, memory, 64, 8, 1);
     check_refused(dims, &c, objects, 1, &im, GPUMEM_ERROR_INVALID_HANDLE, "not a live gpumem array",
                   "a destroyed dst array");
     c.width = 0;
     check_refused(dims, &c, objects, 1, &im, GPUMEM_ERROR_INVALID_HANDLE, "not a live gpumem array",
                   "a destroyed dst array, width 0");
-    c = (gpumem_copy3d_t)GPUMEM_COPY3D_INIT;
-    c.src_array = dead;
-    c.dst = mem.ptr;
-    c.dst_pitch = 64;
-    c.width = 64;
-    c.height = 8;
-    c.depth = 1;
+    c = copy3d_of(memory, dead_side, 64, 8, 1);
     check_refused(dims, &c, objects, 1, &im, GPUMEM_ERROR_INVALID_HANDLE, "not a live gpumem array",
                   "a destroyed src array");
   }

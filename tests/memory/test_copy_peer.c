@@ -9,49 +9,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "test_bytes.h"
 #include "test_cuda.h"
-#include "test_util.h"
-
-/* ---------------------------------------------------------------------------------------------
- * Helpers
- * ------------------------------------------------------------------------------------------- */
-
-/* A byte sequence with no short period, so that a shifted or partial copy cannot match it. */
-static unsigned char pattern_byte(size_t i, unsigned seed) {
-  uint32_t x = (uint32_t)i * 2654435761u + seed * 40503u + 0x9E3779B9u;
-  x ^= x >> 15;
-  x *= 0x2C1B3C6Du;
-  x ^= x >> 12;
-  return (unsigned char)x;
-}
-
-static void fill_pattern(unsigned char* p, size_t n, unsigned seed) {
-  for (size_t i = 0; i < n; i++) p[i] = pattern_byte(i, seed);
-}
-
-/* Fails naming the first differing byte, which says more than "memcmp != 0". */
-static void expect_bytes(const unsigned char* got, const unsigned char* want, size_t n, const char* what) {
-  if (memcmp(got, want, n) == 0) return;
-  for (size_t i = 0; i < n; i++) {
-    if (got[i] != want[i]) {
-      print_error("%s: byte %zu is 0x%02x, expected 0x%02x\n", what, i, got[i], want[i]);
-      fail();
-    }
-  }
-}
-
-static void expect_ok(gpumem_status_t got, const char* what) {
-  if (got != GPUMEM_SUCCESS) {
-    print_error("%s returned %s; detail: %s\n", what, gpumem_status_name(got), gpumem_last_error_detail());
-    fail();
-  }
-}
-
-static void* checked_malloc(size_t n) {
-  void* p = malloc(n);
-  assert_non_null(p);
-  return p;
-}
 
 /* Where a region lies in its buffer, and the buffer's shape: x bytes into row y of slice z; the
  * buffer has rows of pitch bytes, rows rows per slice, and slices slices. A 1D buffer is one row. */
@@ -114,62 +73,29 @@ static void side_read(const side_t* s, unsigned char* bytes) {
   }
 }
 
+/* An array side has no pitch or rows of its own: they are the array's. */
+static copy_side_t copy_side(const side_t* s) {
+  const copy_side_t c = {s->ptr, s->array, s->l.x, s->l.y, s->l.z, s->array ? 0 : s->l.pitch, s->array ? 0 : s->l.rows};
+  return c;
+}
+
 /* stream NULL: the synchronous call; otherwise the _async call, then a wait for the stream. */
 static void do_copy(shape_t shape, const side_t* d, const side_t* s, extent_t e, gpumem_stream_t stream,
                     const char* what) {
+  const gpumem_copy3d_t c3 = copy3d_of(copy_side(d), copy_side(s), e.width, e.height, e.depth);
+  const gpumem_copy2d_t c2 = copy2d_of_3d(&c3);
+  gpumem_status_t status;
   if (shape == SHAPE_1D) {
-    if (stream) {
-      expect_ok(gpumem_copy_async(d->ptr + d->l.x, s->ptr + s->l.x, e.width, stream), what);
-      test_stream_sync(stream);
-    } else {
-      expect_ok(gpumem_copy(d->ptr + d->l.x, s->ptr + s->l.x, e.width), what);
-    }
+    unsigned char* const to = d->ptr + d->l.x;
+    const unsigned char* const from = s->ptr + s->l.x;
+    status = stream ? gpumem_copy_async(to, from, e.width, stream) : gpumem_copy(to, from, e.width);
   } else if (shape == SHAPE_2D) {
-    gpumem_copy2d_t c = GPUMEM_COPY2D_INIT;
-    c.dst = d->ptr;
-    c.dst_array = d->array;
-    c.dst_x = d->l.x;
-    c.dst_y = d->l.y;
-    c.dst_pitch = d->array ? 0 : d->l.pitch;
-    c.src = s->ptr;
-    c.src_array = s->array;
-    c.src_x = s->l.x;
-    c.src_y = s->l.y;
-    c.src_pitch = s->array ? 0 : s->l.pitch;
-    c.width = e.width;
-    c.height = e.height;
-    if (stream) {
-      expect_ok(gpumem_copy2d_async(&c, stream), what);
-      test_stream_sync(stream);
-    } else {
-      expect_ok(gpumem_copy2d(&c), what);
-    }
+    status = stream ? gpumem_copy2d_async(&c2, stream) : gpumem_copy2d(&c2);
   } else {
-    gpumem_copy3d_t c = GPUMEM_COPY3D_INIT;
-    c.dst = d->ptr;
-    c.dst_array = d->array;
-    c.dst_x = d->l.x;
-    c.dst_y = d->l.y;
-    c.dst_z = d->l.z;
-    c.dst_pitch = d->array ? 0 : d->l.pitch;
-    c.dst_height = d->array ? 0 : d->l.rows;
-    c.src = s->ptr;
-    c.src_array = s->array;
-    c.src_x = s->l.x;
-    c.src_y = s->l.y;
-    c.src_z = s->l.z;
-    c.src_pitch = s->array ? 0 : s->l.pitch;
-    c.src_height = s->array ? 0 : s->l.rows;
-    c.width = e.width;
-    c.height = e.height;
-    c.depth = e.depth;
-    if (stream) {
-      expect_ok(gpumem_copy3d_async(&c, stream), what);
-      test_stream_sync(stream);
-    } else {
-      expect_ok(gpumem_copy3d(&c), what);
-    }
+    status = stream ? gpumem_copy3d_async(&c3, stream) : gpumem_copy3d(&c3);
   }
+  expect_ok(status, what);
+  if (stream) test_stream_sync(stream);
 }
 
 /* Puts the box of src at its place in dst, as the copy should; complemented when asked. */
@@ -219,46 +145,6 @@ static void check_copy(shape_t shape, const side_t* d, const side_t* s, extent_t
   free(got);
 }
 
-typedef enum { KIND_DEVICE, KIND_MANAGED, KIND_PINNED, KIND_PLAIN } kind_t;
-
-/* Memory of a kind; device memory on the given device, managed memory owned by it. */
-static unsigned char* memory_alloc(kind_t kind, int32_t device, size_t size) {
-  void* p = NULL;
-  switch (kind) {
-    case KIND_DEVICE:
-      assert_ok(gpumem_device_alloc(device, size, &p));
-      break;
-    case KIND_MANAGED:
-      assert_ok(gpumem_managed_alloc(device, size, 0, &p));
-      break;
-    case KIND_PINNED:
-      assert_ok(gpumem_host_alloc(size, 0, &p));
-      break;
-    default:
-      p = malloc(size);
-      break;
-  }
-  assert_non_null(p);
-  return (unsigned char*)p;
-}
-
-static void memory_free(kind_t kind, unsigned char* p) {
-  switch (kind) {
-    case KIND_DEVICE:
-      assert_ok(gpumem_device_free(p));
-      break;
-    case KIND_MANAGED:
-      assert_ok(gpumem_managed_free(p));
-      break;
-    case KIND_PINNED:
-      assert_ok(gpumem_host_free(p));
-      break;
-    default:
-      free(p);
-      break;
-  }
-}
-
 static side_t memory_side(kind_t kind, int32_t device, layout_t l) {
   side_t s = {memory_alloc(kind, device, layout_bytes(&l)), NULL, l};
   return s;
@@ -298,41 +184,56 @@ static gpumem_stream_t stream_for(const streams_t* s, copy_mode_t mode, int32_t 
   return NULL;
 }
 
-/* Copies one region from device a to device b and from b to a, in every mode. */
-static void device_pair_both_ways(shape_t shape, int32_t a, int32_t b, layout_t la, layout_t lb, extent_t e,
-                                  const streams_t* streams, unsigned seed) {
-  side_t sa = memory_side(KIND_DEVICE, a, la);
-  side_t sb = memory_side(KIND_DEVICE, b, lb);
-  for (int m = 0; m < MODE_COUNT; m++) {
-    char what[192];
-    snprintf(what, sizeof what, "%s copy of %zu x %zu x %zu bytes, device %d to device %d, %s", shape_names[shape],
-             e.width, e.height, e.depth, a, b, mode_names[m]);
-    check_copy(shape, &sb, &sa, e, stream_for(streams, (copy_mode_t)m, a, b), seed + 2 * (unsigned)m, what);
-    snprintf(what, sizeof what, "%s copy of %zu x %zu x %zu bytes, device %d to device %d, %s", shape_names[shape],
-             e.width, e.height, e.depth, b, a, mode_names[m]);
-    check_copy(shape, &sa, &sb, e, stream_for(streams, (copy_mode_t)m, b, a), seed + 2 * (unsigned)m + 1, what);
-  }
-  memory_free(KIND_DEVICE, sa.ptr);
-  memory_free(KIND_DEVICE, sb.ptr);
+/* One end of copies between devices: memory of a kind or an array, the device whose stream a copy
+ * from or to it may run on, and what to call it. */
+typedef struct {
+  side_t s;
+  kind_t kind; /* memory only */
+  int32_t device;
+  const char* name;
+} end_t;
+
+static end_t memory_end(kind_t kind, int32_t device, layout_t l, const char* name) {
+  const end_t e = {memory_side(kind, device, l), kind, device, name};
+  return e;
 }
 
-/* Copies between memory of a kind (owned by device 0 where that means anything) and device 1
- * memory, both ways, synchronously and on a stream of each device. */
+static void end_free(end_t* e) {
+  if (e->s.array)
+    assert_ok(gpumem_array_destroy(e->s.array));
+  else
+    memory_free(e->kind, e->s.ptr);
+}
+
+/* Copies one region from one end to the other and back, in every mode (seeds from seed on, two a
+ * mode); then frees both ends. */
+static void both_ways(shape_t shape, end_t from, end_t to, extent_t e, const streams_t* streams, unsigned seed) {
+  for (int m = 0; m < MODE_COUNT; m++) {
+    for (int back = 0; back < 2; back++) {
+      const end_t* src = back ? &to : &from;
+      const end_t* dst = back ? &from : &to;
+      char what[192];
+      snprintf(what, sizeof what, "%s copy of %zu x %zu x %zu bytes, %s to %s, %s", shape_names[shape], e.width,
+               e.height, e.depth, src->name, dst->name, mode_names[m]);
+      check_copy(shape, &dst->s, &src->s, e, stream_for(streams, (copy_mode_t)m, src->device, dst->device),
+                 seed + 2 * (unsigned)m + (unsigned)back, what);
+    }
+  }
+  end_free(&from);
+  end_free(&to);
+}
+
+static void device_pair_both_ways(shape_t shape, int32_t a, int32_t b, layout_t la, layout_t lb, extent_t e,
+                                  const streams_t* streams, unsigned seed) {
+  static const char* const names[MAX_DEVICES] = {"device 0", "device 1", "device 2", "device 3"};
+  both_ways(shape, memory_end(KIND_DEVICE, a, la, names[a]), memory_end(KIND_DEVICE, b, lb, names[b]), e, streams,
+            seed);
+}
+
+/* Memory of a kind, owned by device 0 where that means anything, and device 1 memory. */
 static void kind_and_device1_both_ways(kind_t kind, const char* kind_name, shape_t shape, layout_t lk, layout_t l1,
                                        extent_t e, const streams_t* streams, unsigned seed) {
-  side_t sk = memory_side(kind, 0, lk);
-  side_t s1 = memory_side(KIND_DEVICE, 1, l1);
-  for (int m = 0; m < MODE_COUNT; m++) {
-    char what[192];
-    snprintf(what, sizeof what, "%s copy of %zu x %zu x %zu bytes, %s to device 1, %s", shape_names[shape], e.width,
-             e.height, e.depth, kind_name, mode_names[m]);
-    check_copy(shape, &s1, &sk, e, stream_for(streams, (copy_mode_t)m, 0, 1), seed + 2 * (unsigned)m, what);
-    snprintf(what, sizeof what, "%s copy of %zu x %zu x %zu bytes, device 1 to %s, %s", shape_names[shape], e.width,
-             e.height, e.depth, kind_name, mode_names[m]);
-    check_copy(shape, &sk, &s1, e, stream_for(streams, (copy_mode_t)m, 1, 0), seed + 2 * (unsigned)m + 1, what);
-  }
-  memory_free(kind, sk.ptr);
-  memory_free(KIND_DEVICE, s1.ptr);
+  both_ways(shape, memory_end(kind, 0, lk, kind_name), memory_end(KIND_DEVICE, 1, l1, "device 1"), e, streams, seed);
 }
 
 /* Odd pitches, offsets and widths on both sides, different on each, so that a side mixed up with
@@ -392,89 +293,74 @@ static void test_copy_peer_3d_device_memory_both_directions(void** state) {
  * Device 1 memory and a CUDA array on device 0
  * ------------------------------------------------------------------------------------------- */
 
-static void array_and_device1_both_ways(shape_t shape, const gpumem_array_desc_t* desc, size_t element_bytes,
-                                        layout_t box, layout_t l1, extent_t e, const streams_t* streams,
-                                        unsigned seed) {
-  side_t sa = {NULL, NULL, box};
-  sa.l.pitch = desc->width * element_bytes;
-  sa.l.rows = desc->height ? desc->height : 1;
-  sa.l.slices = desc->depth ? desc->depth : 1;
-  assert_ok(gpumem_array_create(desc, &sa.array));
-  side_t s1 = memory_side(KIND_DEVICE, 1, l1);
-  for (int m = 0; m < MODE_COUNT; m++) {
-    char what[192];
-    snprintf(what, sizeof what, "%s copy of %zu x %zu x %zu bytes, device 1 memory to an array on device 0, %s",
-             shape_names[shape], e.width, e.height, e.depth, mode_names[m]);
-    check_copy(shape, &sa, &s1, e, stream_for(streams, (copy_mode_t)m, 1, 0), seed + 2 * (unsigned)m, what);
-    snprintf(what, sizeof what, "%s copy of %zu x %zu x %zu bytes, an array on device 0 to device 1 memory, %s",
-             shape_names[shape], e.width, e.height, e.depth, mode_names[m]);
-    check_copy(shape, &s1, &sa, e, stream_for(streams, (copy_mode_t)m, 0, 1), seed + 2 * (unsigned)m + 1, what);
-  }
-  assert_ok(gpumem_array_destroy(sa.array));
-  memory_free(KIND_DEVICE, s1.ptr);
+/* An array on device 0 and a region of it; the box's pitch, rows and slices are the array's. */
+typedef struct {
+  shape_t shape;
+  int32_t format;
+  uint32_t channels;
+  size_t element_bytes;
+  size_t width, height, depth; /* elements; height 0 is 1D, depth 0 2D */
+  layout_t box;
+  layout_t l1; /* the device 1 side */
+  extent_t e;
+  unsigned seed;
+} array_case_t;
+
+/* Elements of 4 bytes: x 13 elements in, 200 elements wide. */
+static const array_case_t k2dArrayCase = {
+    SHAPE_2D, GPUMEM_FORMAT_U16, 2, 4, 300, 70, 0, {13 * 4, 9, 0, 0, 0, 0}, {5, 2, 0, 1021, 60, 1}, {200 * 4, 50, 1},
+    400};
+
+/* Elements of 2 bytes: x 3 elements in, 40 elements wide. */
+static const array_case_t k3dArrayCase = {
+    SHAPE_3D, GPUMEM_FORMAT_I16, 1, 2, 64, 16, 8, {3 * 2, 2, 1, 0, 0, 0}, {9, 1, 2, 997, 14, 8}, {40 * 2, 11, 5}, 500};
+
+static void array_and_device1_both_ways(const array_case_t* c) {
+  streams_t streams = streams_create(2);
+  end_t array = {{NULL, array_create_on(0, c->format, c->channels, c->width, c->height, c->depth), c->box},
+                 KIND_DEVICE,
+                 0,
+                 "an array on device 0"};
+  array.s.l.pitch = c->width * c->element_bytes;
+  array.s.l.rows = c->height ? c->height : 1;
+  array.s.l.slices = c->depth ? c->depth : 1;
+  both_ways(c->shape, memory_end(KIND_DEVICE, 1, c->l1, "device 1 memory"), array, c->e, &streams, c->seed);
+  streams_destroy(&streams);
 }
 
 static void test_copy_peer_device1_memory_and_2d_array_on_device0(void** state) {
   (void)state;
-  streams_t streams = streams_create(2);
-  gpumem_array_desc_t desc = GPUMEM_ARRAY_DESC_INIT;
-  desc.device = 0;
-  desc.format = GPUMEM_FORMAT_U16;
-  desc.channels = 2;
-  desc.width = 300;
-  desc.height = 70;
-  /* Elements of 4 bytes: x 13 elements in, 200 elements wide. */
-  const layout_t box = {13 * 4, 9, 0, 0, 0, 0};
-  const layout_t l1 = {5, 2, 0, 1021, 60, 1};
-  const extent_t e = {200 * 4, 50, 1};
-  array_and_device1_both_ways(SHAPE_2D, &desc, 4, box, l1, e, &streams, 400);
-  streams_destroy(&streams);
+  array_and_device1_both_ways(&k2dArrayCase);
 }
 
 static void test_copy_peer_device1_memory_and_3d_array_on_device0(void** state) {
   (void)state;
-  streams_t streams = streams_create(2);
-  gpumem_array_desc_t desc = GPUMEM_ARRAY_DESC_INIT;
-  desc.device = 0;
-  desc.format = GPUMEM_FORMAT_I16;
-  desc.channels = 1;
-  desc.width = 64;
-  desc.height = 16;
-  desc.depth = 8;
-  /* Elements of 2 bytes: x 3 elements in, 40 elements wide. */
-  const layout_t box = {3 * 2, 2, 1, 0, 0, 0};
-  const layout_t l1 = {9, 1, 2, 997, 14, 8};
-  const extent_t e = {40 * 2, 11, 5};
-  array_and_device1_both_ways(SHAPE_3D, &desc, 2, box, l1, e, &streams, 500);
-  streams_destroy(&streams);
+  array_and_device1_both_ways(&k3dArrayCase);
 }
 
 /* ---------------------------------------------------------------------------------------------
  * Device 1 memory and host or managed memory
  * ------------------------------------------------------------------------------------------- */
 
-static void test_copy_peer_managed_of_device0_and_device1(void** state) {
-  (void)state;
+/* 1D, 2D and 3D, seeds seed, seed + 10 and seed + 20. */
+static void kind_and_device1_every_shape(kind_t kind, const char* kind_name, unsigned seed) {
   streams_t streams = streams_create(2);
   const extent_t e1 = {100003, 1, 1};
-  kind_and_device1_both_ways(KIND_MANAGED, "managed memory of device 0", SHAPE_1D, layout_1d(5, 100100),
-                             layout_1d(11, 100200), e1, &streams, 600);
-  kind_and_device1_both_ways(KIND_MANAGED, "managed memory of device 0", SHAPE_2D, k2dSrc, k2dDst, k2dExtent, &streams,
-                             610);
-  kind_and_device1_both_ways(KIND_MANAGED, "managed memory of device 0", SHAPE_3D, k3dSrc, k3dDst, k3dExtent, &streams,
-                             620);
+  kind_and_device1_both_ways(kind, kind_name, SHAPE_1D, layout_1d(5, 100100), layout_1d(11, 100200), e1, &streams,
+                             seed);
+  kind_and_device1_both_ways(kind, kind_name, SHAPE_2D, k2dSrc, k2dDst, k2dExtent, &streams, seed + 10);
+  kind_and_device1_both_ways(kind, kind_name, SHAPE_3D, k3dSrc, k3dDst, k3dExtent, &streams, seed + 20);
   streams_destroy(&streams);
+}
+
+static void test_copy_peer_managed_of_device0_and_device1(void** state) {
+  (void)state;
+  kind_and_device1_every_shape(KIND_MANAGED, "managed memory of device 0", 600);
 }
 
 static void test_copy_peer_pinned_host_and_device1(void** state) {
   (void)state;
-  streams_t streams = streams_create(2);
-  const extent_t e1 = {100003, 1, 1};
-  kind_and_device1_both_ways(KIND_PINNED, "pinned host memory", SHAPE_1D, layout_1d(5, 100100), layout_1d(11, 100200),
-                             e1, &streams, 700);
-  kind_and_device1_both_ways(KIND_PINNED, "pinned host memory", SHAPE_2D, k2dSrc, k2dDst, k2dExtent, &streams, 710);
-  kind_and_device1_both_ways(KIND_PINNED, "pinned host memory", SHAPE_3D, k3dSrc, k3dDst, k3dExtent, &streams, 720);
-  streams_destroy(&streams);
+  kind_and_device1_every_shape(KIND_PINNED, "pinned host memory", 700);
 }
 
 /* Above 8 MiB a copy with plain host memory is staged through gpumem's page-locked buffers; here

@@ -11,51 +11,12 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "test_bytes.h"
 #include "test_cuda.h"
-#include "test_util.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Helpers
  * ------------------------------------------------------------------------------------------- */
-
-/* A byte sequence with no short period (xorshift64*), so that a shifted or partial copy cannot
- * match it; fast enough for buffers of tens of MiB. */
-static void fill_pattern(unsigned char* p, size_t n, unsigned seed) {
-  uint64_t x = 0x9E3779B97F4A7C15ull * (seed + 1u);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    const uint64_t v = x * 0x2545F4914F6CDD1Dull;
-    memcpy(p + i, &v, 8);
-  }
-  for (; i < n; i++) p[i] = (unsigned char)((x >> (8 * (i % 8))) ^ i);
-}
-
-/* Fails naming the first differing byte, which says more than "memcmp != 0". */
-static void expect_bytes(const unsigned char* got, const unsigned char* want, size_t n, const char* what) {
-  if (memcmp(got, want, n) == 0) return;
-  for (size_t i = 0; i < n; i++) {
-    if (got[i] != want[i]) {
-      print_error("%s: byte %zu of %zu is 0x%02x, expected 0x%02x\n", what, i, n, got[i], want[i]);
-      fail();
-    }
-  }
-}
-
-static void expect_ok(gpumem_status_t got, const char* what) {
-  if (got != GPUMEM_SUCCESS) {
-    print_error("%s returned %s; detail: %s\n", what, gpumem_status_name(got), gpumem_last_error_detail());
-    fail();
-  }
-}
-
-static void* checked_malloc(size_t n) {
-  void* p = malloc(n);
-  assert_non_null(p);
-  return p;
-}
 
 static size_t staging_held(void) {
   size_t held = (size_t)-1;
@@ -104,11 +65,7 @@ static void device_read(unsigned char* bytes, const unsigned char* dev, size_t n
   }
 }
 
-static unsigned char* device_alloc(size_t n) {
-  void* p = NULL;
-  assert_ok(gpumem_device_alloc(0, n, &p));
-  return p;
-}
+static unsigned char* device_alloc(size_t n) { return memory_alloc(KIND_DEVICE, 0, n); }
 
 /* stream NULL: the synchronous call; otherwise the _async call, then a wait for the stream. */
 static void copy_1d(void* dst, const void* src, size_t n, gpumem_stream_t stream, const char* what) {
@@ -407,32 +364,13 @@ static void test_copy_staging_async_from_pageable_source_reusable_on_return(void
  * Plain host memory with managed and pinned memory: not staged, still right (GPU)
  * ------------------------------------------------------------------------------------------- */
 
-typedef enum { OTHER_MANAGED, OTHER_PINNED } other_kind_t;
-
-static unsigned char* other_alloc(other_kind_t kind, size_t n) {
-  void* p = NULL;
-  if (kind == OTHER_MANAGED)
-    assert_ok(gpumem_managed_alloc(0, n, 0, &p));
-  else
-    assert_ok(gpumem_host_alloc(n, 0, &p));
-  return p;
-}
-
-static void other_free(other_kind_t kind, unsigned char* p) {
-  if (kind == OTHER_MANAGED)
-    assert_ok(gpumem_managed_free(p));
-  else
-    assert_ok(gpumem_host_free(p));
-}
-
 /* Both directions between plain host memory and the other kind, every byte of each destination
  * buffer checked; the host reaches managed and pinned memory directly. */
-static void pageable_and_other(other_kind_t kind, size_t n, gpumem_stream_t stream, unsigned seed) {
-  static const char* const names[] = {"managed", "pinned host"};
+static void pageable_and_other(kind_t kind, size_t n, gpumem_stream_t stream, unsigned seed) {
   char what[160];
   const size_t on = DEV_OFFSET + n + DEV_MARGIN;
   const size_t hn = HOST_MARGIN + 3 + n + HOST_MARGIN;
-  unsigned char* other = other_alloc(kind, on);
+  unsigned char* other = memory_alloc(kind, 0, on);
   unsigned char* host = checked_malloc(hn);
   unsigned char* expected = checked_malloc(hn > on ? hn : on);
 
@@ -441,7 +379,7 @@ static void pageable_and_other(other_kind_t kind, size_t n, gpumem_stream_t stre
   memcpy(expected, other, on);
   memcpy(expected + DEV_OFFSET, host + HOST_MARGIN + 3, n);
   snprintf(what, sizeof what, "%s copy of %zu bytes from plain host to %s memory", stream ? "stream" : "synchronous", n,
-           names[kind]);
+           kind_name(kind));
   copy_1d(other + DEV_OFFSET, host + HOST_MARGIN + 3, n, stream, what);
   expect_bytes(other, expected, on, what);
 
@@ -450,35 +388,35 @@ static void pageable_and_other(other_kind_t kind, size_t n, gpumem_stream_t stre
   memcpy(expected, host, hn);
   memcpy(expected + HOST_MARGIN + 3, other + DEV_OFFSET, n);
   snprintf(what, sizeof what, "%s copy of %zu bytes from %s memory to plain host", stream ? "stream" : "synchronous", n,
-           names[kind]);
+           kind_name(kind));
   copy_1d(host + HOST_MARGIN + 3, other + DEV_OFFSET, n, stream, what);
   expect_bytes(host, expected, hn, what);
 
   free(host);
   free(expected);
-  other_free(kind, other);
+  memory_free(kind, other);
+}
+
+/* 1 MiB + 7 and 16 MiB + 3 bytes, synchronous and then on a stream; seeds seed to seed + 30. */
+static void pageable_and_other_every_form(kind_t kind, unsigned seed) {
+  gpumem_stream_t stream = test_stream_create(0);
+  pageable_and_other(kind, ((size_t)1 << 20) + 7, NULL, seed);
+  pageable_and_other(kind, ((size_t)16 << 20) + 3, NULL, seed + 10);
+  pageable_and_other(kind, ((size_t)1 << 20) + 7, stream, seed + 20);
+  pageable_and_other(kind, ((size_t)16 << 20) + 3, stream, seed + 30);
+  test_stream_destroy(stream);
 }
 
 static void test_copy_staging_pageable_and_managed(void** state) {
   (void)state;
   require_gpu();
-  gpumem_stream_t stream = test_stream_create(0);
-  pageable_and_other(OTHER_MANAGED, ((size_t)1 << 20) + 7, NULL, 800);
-  pageable_and_other(OTHER_MANAGED, ((size_t)16 << 20) + 3, NULL, 810);
-  pageable_and_other(OTHER_MANAGED, ((size_t)1 << 20) + 7, stream, 820);
-  pageable_and_other(OTHER_MANAGED, ((size_t)16 << 20) + 3, stream, 830);
-  test_stream_destroy(stream);
+  pageable_and_other_every_form(KIND_MANAGED, 800);
 }
 
 static void test_copy_staging_pageable_and_pinned(void** state) {
   (void)state;
   require_gpu();
-  gpumem_stream_t stream = test_stream_create(0);
-  pageable_and_other(OTHER_PINNED, ((size_t)1 << 20) + 7, NULL, 900);
-  pageable_and_other(OTHER_PINNED, ((size_t)16 << 20) + 3, NULL, 910);
-  pageable_and_other(OTHER_PINNED, ((size_t)1 << 20) + 7, stream, 920);
-  pageable_and_other(OTHER_PINNED, ((size_t)16 << 20) + 3, stream, 930);
-  test_stream_destroy(stream);
+  pageable_and_other_every_form(KIND_PINNED, 900);
 }
 
 int main(void) {

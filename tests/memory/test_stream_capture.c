@@ -2,8 +2,11 @@
  * GPUMEM_ERROR_STREAM_CAPTURE, not queued into the graph or run out of order; stream-ordered
  * calls on the capturing stream are captured, and the graph does their work each time it is
  * launched. */
+#define _POSIX_C_SOURCE 200809L
+
 #include <stdlib.h>
 
+#include "test_bytes.h"
 #include "test_cuda.h"
 
 typedef int (*test_cu_fn_begin_capture)(gpumem_stream_t s, int mode);
@@ -77,22 +80,16 @@ static void test_stream_capture_records_async_memset(void** state) {
   assert_ok(gpumem_device_free(dev));
 }
 
-/* A byte sequence with no short period, so that a shifted or partial copy cannot match it. */
-static void fill_pattern(unsigned char* p, size_t n, unsigned seed) {
-  for (size_t i = 0; i < n; i++) {
-    uint32_t x = (uint32_t)i * 2654435761u + seed * 40503u + 0x9E3779B9u;
-    x ^= x >> 15;
-    x *= 0x2C1B3C6Du;
-    x ^= x >> 12;
-    p[i] = (unsigned char)x;
-  }
-}
-
 /* Where a region lies in a buffer: x bytes into row y of slice z, rows of pitch bytes, rows rows per
  * slice. */
 typedef struct {
   size_t x, y, z, pitch, rows;
 } place_t;
+
+static copy_side_t at(void* p, const place_t* l) {
+  const copy_side_t side = {p, NULL, l->x, l->y, l->z, l->pitch, l->rows};
+  return side;
+}
 
 /* Copies a width x height x depth box as the copy under test should, to compute what to expect. */
 static void box_apply(unsigned char* dst, const place_t* d, const unsigned char* src, const place_t* s, size_t width,
@@ -101,43 +98,6 @@ static void box_apply(unsigned char* dst, const place_t* d, const unsigned char*
     for (size_t r = 0; r < height; r++)
       memcpy(dst + ((d->z + k) * d->rows + d->y + r) * d->pitch + d->x,
              src + ((s->z + k) * s->rows + s->y + r) * s->pitch + s->x, width);
-}
-
-static gpumem_copy2d_t copy2d_of(void* dst, const place_t* d, const void* src, const place_t* s, size_t width,
-                                 size_t height) {
-  gpumem_copy2d_t c = GPUMEM_COPY2D_INIT;
-  c.dst = dst;
-  c.dst_x = d->x;
-  c.dst_y = d->y;
-  c.dst_pitch = d->pitch;
-  c.src = src;
-  c.src_x = s->x;
-  c.src_y = s->y;
-  c.src_pitch = s->pitch;
-  c.width = width;
-  c.height = height;
-  return c;
-}
-
-static gpumem_copy3d_t copy3d_of(void* dst, const place_t* d, const void* src, const place_t* s, size_t width,
-                                 size_t height, size_t depth) {
-  gpumem_copy3d_t c = GPUMEM_COPY3D_INIT;
-  c.dst = dst;
-  c.dst_x = d->x;
-  c.dst_y = d->y;
-  c.dst_z = d->z;
-  c.dst_pitch = d->pitch;
-  c.dst_height = d->rows;
-  c.src = src;
-  c.src_x = s->x;
-  c.src_y = s->y;
-  c.src_z = s->z;
-  c.src_pitch = s->pitch;
-  c.src_height = s->rows;
-  c.width = width;
-  c.height = height;
-  c.depth = depth;
-  return c;
 }
 
 /* 2D: 64 rows of 64 bytes; 3D: 4 slices of 16 rows of 64 bytes; both kSize bytes in all. */
@@ -149,10 +109,8 @@ static const place_t k3dPlace = {4, 1, 1, 64, 16};
 static void test_stream_capture_refuses_sync_copy2d_and_copy3d(void** state) {
   (void)state;
   require_gpu();
-  void* dev_a = NULL;
-  void* dev_b = NULL;
-  assert_ok(gpumem_device_alloc(0, kSize, &dev_a));
-  assert_ok(gpumem_device_alloc(0, kSize, &dev_b));
+  unsigned char* dev_a = memory_alloc(KIND_DEVICE, 0, kSize);
+  unsigned char* dev_b = memory_alloc(KIND_DEVICE, 0, kSize);
   unsigned char a[kSize];
   unsigned char b[kSize];
   unsigned char host[kSize];
@@ -165,26 +123,27 @@ static void test_stream_capture_refuses_sync_copy2d_and_copy3d(void** state) {
   assert_ok(gpumem_copy(dev_a, a, kSize));
   assert_ok(gpumem_copy(dev_b, b, kSize));
 
-  const gpumem_copy2d_t d2d_2 = copy2d_of(dev_b, &k2dPlace, dev_a, &k2dPlace, 48, 60);
-  const gpumem_copy2d_t h2d_2 = copy2d_of(dev_b, &k2dPlace, host, &k2dPlace, 48, 60);
-  const gpumem_copy2d_t d2h_2 = copy2d_of(host, &k2dPlace, dev_a, &k2dPlace, 48, 60);
-  const gpumem_copy3d_t d2d_3 = copy3d_of(dev_b, &k3dPlace, dev_a, &k3dPlace, 40, 12, 3);
-  const gpumem_copy3d_t h2d_3 = copy3d_of(dev_b, &k3dPlace, host, &k3dPlace, 40, 12, 3);
-  const gpumem_copy3d_t d2h_3 = copy3d_of(host, &k3dPlace, dev_a, &k3dPlace, 40, 12, 3);
+  static const char* const directions[] = {"device to device", "host to device", "device to host"};
+  void* const dsts[] = {dev_b, dev_b, host};
+  void* const srcs[] = {dev_a, host, dev_a};
+  gpumem_copy2d_t c2[3];
+  gpumem_copy3d_t c3[3];
+  for (int i = 0; i < 3; i++) {
+    c2[i] = copy2d_of(at(dsts[i], &k2dPlace), at(srcs[i], &k2dPlace), 48, 60);
+    c3[i] = copy3d_of(at(dsts[i], &k3dPlace), at(srcs[i], &k3dPlace), 40, 12, 3);
+  }
 
   gpumem_stream_t s = begin_global_capture();
-  assert_status(gpumem_copy2d(&d2d_2), GPUMEM_ERROR_STREAM_CAPTURE);
-  assert_detail_contains("capture");
-  assert_status(gpumem_copy2d(&h2d_2), GPUMEM_ERROR_STREAM_CAPTURE);
-  assert_detail_contains("capture");
-  assert_status(gpumem_copy2d(&d2h_2), GPUMEM_ERROR_STREAM_CAPTURE);
-  assert_detail_contains("capture");
-  assert_status(gpumem_copy3d(&d2d_3), GPUMEM_ERROR_STREAM_CAPTURE);
-  assert_detail_contains("capture");
-  assert_status(gpumem_copy3d(&h2d_3), GPUMEM_ERROR_STREAM_CAPTURE);
-  assert_detail_contains("capture");
-  assert_status(gpumem_copy3d(&d2h_3), GPUMEM_ERROR_STREAM_CAPTURE);
-  assert_detail_contains("capture");
+  for (int i = 0; i < 3; i++) {
+    print_message("2D, %s\n", directions[i]);
+    assert_status(gpumem_copy2d(&c2[i]), GPUMEM_ERROR_STREAM_CAPTURE);
+    assert_detail_contains("capture");
+  }
+  for (int i = 0; i < 3; i++) {
+    print_message("3D, %s\n", directions[i]);
+    assert_status(gpumem_copy3d(&c3[i]), GPUMEM_ERROR_STREAM_CAPTURE);
+    assert_detail_contains("capture");
+  }
   assert_memory_equal(host, host_before, kSize);
   end_capture(s, false);
 
@@ -195,19 +154,19 @@ static void test_stream_capture_refuses_sync_copy2d_and_copy3d(void** state) {
   assert_memory_equal(host, host_before, kSize);
 
   /* Nothing was left half done: after the capture the same copies work. */
-  assert_ok(gpumem_copy2d(&d2d_2));
+  assert_ok(gpumem_copy2d(&c2[0]));
   unsigned char expected[kSize];
   memcpy(expected, b, kSize);
   box_apply(expected, &k2dPlace, a, &k2dPlace, 48, 60, 1);
   assert_ok(gpumem_copy(back, dev_b, kSize));
   assert_memory_equal(back, expected, kSize);
-  assert_ok(gpumem_copy3d(&d2h_3));
+  assert_ok(gpumem_copy3d(&c3[2]));
   memcpy(expected, host_before, kSize);
   box_apply(expected, &k3dPlace, a, &k3dPlace, 40, 12, 3);
   assert_memory_equal(host, expected, kSize);
 
-  assert_ok(gpumem_device_free(dev_a));
-  assert_ok(gpumem_device_free(dev_b));
+  memory_free(KIND_DEVICE, dev_a);
+  memory_free(KIND_DEVICE, dev_b);
 }
 
 /* The graph's buffers: a 1D chain (pinned -> device, a memset inside, device -> pinned), and a 2D
@@ -216,107 +175,111 @@ static void test_stream_capture_refuses_sync_copy2d_and_copy3d(void** state) {
 enum { k1dBytes = 65536, k1dMemsetOffset = 4096, k1dMemsetCount = 1000 };
 static const uint32_t k1dMemsetValue = 0xC0FFEE11u;
 
-static const place_t k2dIn = {3, 1, 0, 301, 40};
-static const place_t k2dDevSrc = {5, 2, 0, 257, 45};
-static const place_t k2dDevDst = {7, 4, 0, 263, 44};
-static const place_t k2dOut = {9, 3, 0, 250, 42};
-enum { k2dWidth = 201, k2dHeight = 37 };
+/* A 2D or 3D chain copies one region from stage to stage: pinned, device (by the driver), device
+ * (by gpumem's kernel), pinned (by the driver). */
+enum { STAGES = 4, CHAINS = 2 };
+static const kind_t kStageKinds[STAGES] = {KIND_PINNED, KIND_DEVICE, KIND_DEVICE, KIND_PINNED};
 
-static const place_t k3dIn = {2, 1, 1, 131, 20};
-static const place_t k3dDevSrc = {4, 3, 0, 127, 22};
-static const place_t k3dDevDst = {1, 0, 2, 140, 19};
-static const place_t k3dOut = {6, 2, 1, 129, 21};
-enum { k3dWidth = 111, k3dHeight = 17, k3dDepth = 5, k3dSlices = 7 };
+typedef struct {
+  int dims;
+  size_t width, height, depth, slices;
+  place_t place[STAGES]; /* where the region lies in the buffer of each stage */
+} chain_t;
 
-static size_t place_bytes(const place_t* p, size_t slices) { return p->pitch * p->rows * slices; }
+static const chain_t kChains[CHAINS] = {
+    {2, 201, 37, 1, 1, {{3, 1, 0, 301, 40}, {5, 2, 0, 257, 45}, {7, 4, 0, 263, 44}, {9, 3, 0, 250, 42}}},
+    {3, 111, 17, 5, 7, {{2, 1, 1, 131, 20}, {4, 3, 0, 127, 22}, {1, 0, 2, 140, 19}, {6, 2, 1, 129, 21}}},
+};
+
+static size_t stage_bytes(int chain, int stage) {
+  const chain_t* c = &kChains[chain];
+  return c->place[stage].pitch * c->place[stage].rows * c->slices;
+}
 
 typedef struct {
   unsigned char* in1;
   unsigned char* out1;
-  void* dev1;
-  unsigned char* in2;
-  unsigned char* out2;
-  void* dev_src2;
-  void* dev_dst2;
-  unsigned char* in3;
-  unsigned char* out3;
-  void* dev_src3;
-  void* dev_dst3;
+  unsigned char* dev1;
+  unsigned char* stage[CHAINS][STAGES];
 } graph_buffers_t;
 
-static unsigned char* pinned_buffer(size_t n) {
-  void* p = NULL;
-  assert_ok(gpumem_host_alloc(n, 0, &p));
-  return p;
+static graph_buffers_t graph_buffers_create(void) {
+  graph_buffers_t b;
+  b.in1 = memory_alloc(KIND_PINNED, 0, k1dBytes);
+  b.out1 = memory_alloc(KIND_PINNED, 0, k1dBytes);
+  b.dev1 = memory_alloc(KIND_DEVICE, 0, k1dBytes);
+  for (int k = 0; k < CHAINS; k++)
+    for (int i = 0; i < STAGES; i++) b.stage[k][i] = memory_alloc(kStageKinds[i], 0, stage_bytes(k, i));
+  return b;
 }
 
-static void* device_buffer(size_t n) {
-  void* p = NULL;
-  assert_ok(gpumem_device_alloc(0, n, &p));
-  return p;
+static void graph_buffers_destroy(graph_buffers_t* b) {
+  memory_free(KIND_PINNED, b->in1);
+  memory_free(KIND_PINNED, b->out1);
+  memory_free(KIND_DEVICE, b->dev1);
+  for (int k = 0; k < CHAINS; k++)
+    for (int i = 0; i < STAGES; i++) memory_free(kStageKinds[i], b->stage[k][i]);
 }
 
 /* New sources, and poison in every destination, so that each launch has to write every byte
- * checked afterwards. */
+ * checked afterwards. The 1D chain takes seeds seed and seed + 1; chain k seed + 2 + 2k (its
+ * source), seed + 3 + 2k (its pinned destination) and seed + 6 + k (its device destination). */
 static void graph_inputs(const graph_buffers_t* b, unsigned seed) {
   fill_pattern(b->in1, k1dBytes, seed);
   fill_pattern(b->out1, k1dBytes, seed + 1);
-  fill_pattern(b->in2, place_bytes(&k2dIn, 1), seed + 2);
-  fill_pattern(b->out2, place_bytes(&k2dOut, 1), seed + 3);
-  fill_pattern(b->in3, place_bytes(&k3dIn, k3dSlices), seed + 4);
-  fill_pattern(b->out3, place_bytes(&k3dOut, k3dSlices), seed + 5);
-  const size_t n2 = place_bytes(&k2dDevDst, 1);
-  const size_t n3 = place_bytes(&k3dDevDst, k3dSlices);
-  unsigned char* poison = malloc(n2 > n3 ? n2 : n3);
-  assert_non_null(poison);
-  fill_pattern(poison, n2, seed + 6);
-  assert_ok(gpumem_copy(b->dev_dst2, poison, n2));
-  fill_pattern(poison, n3, seed + 7);
-  assert_ok(gpumem_copy(b->dev_dst3, poison, n3));
-  free(poison);
+  for (int k = 0; k < CHAINS; k++) {
+    const size_t n = stage_bytes(k, 2);
+    fill_pattern(b->stage[k][0], stage_bytes(k, 0), seed + 2 + 2 * (unsigned)k);
+    fill_pattern(b->stage[k][3], stage_bytes(k, 3), seed + 3 + 2 * (unsigned)k);
+    unsigned char* poison = checked_malloc(n);
+    fill_pattern(poison, n, seed + 6 + (unsigned)k);
+    assert_ok(gpumem_copy(b->stage[k][2], poison, n));
+    free(poison);
+  }
 }
 
 /* What a launch must have produced from the inputs graph_inputs(seed) set. */
 static void graph_check(const graph_buffers_t* b, unsigned seed, const char* what) {
   print_message("checking the graph's output after the %s\n", what);
-  const size_t n2in = place_bytes(&k2dIn, 1);
-  const size_t n3in = place_bytes(&k3dIn, k3dSlices);
-  const size_t n2out = place_bytes(&k2dOut, 1);
-  const size_t n3out = place_bytes(&k3dOut, k3dSlices);
-  const size_t n2dev = place_bytes(&k2dDevDst, 1);
-  const size_t n3dev = place_bytes(&k3dDevDst, k3dSlices);
-  unsigned char* source = malloc(k1dBytes + n2in + n3in);
-  unsigned char* expected = malloc(k1dBytes + n2out + n3out + n2dev + n3dev);
-  unsigned char* got = malloc(n2dev + n3dev);
-  assert_non_null(source);
-  assert_non_null(expected);
-  assert_non_null(got);
-
+  unsigned char* source = checked_malloc(k1dBytes);
   fill_pattern(source, k1dBytes, seed);
   for (size_t i = 0; i < k1dMemsetCount; i++) memcpy(source + k1dMemsetOffset + 4 * i, &k1dMemsetValue, 4);
   assert_memory_equal(b->out1, source, k1dBytes);
-
-  fill_pattern(source, n2in, seed + 2);
-  fill_pattern(expected, n2out, seed + 3);
-  box_apply(expected, &k2dOut, source, &k2dIn, k2dWidth, k2dHeight, 1);
-  assert_memory_equal(b->out2, expected, n2out);
-  fill_pattern(expected, n2dev, seed + 6);
-  box_apply(expected, &k2dDevDst, source, &k2dIn, k2dWidth, k2dHeight, 1);
-  assert_ok(gpumem_copy(got, b->dev_dst2, n2dev));
-  assert_memory_equal(got, expected, n2dev);
-
-  fill_pattern(source, n3in, seed + 4);
-  fill_pattern(expected, n3out, seed + 5);
-  box_apply(expected, &k3dOut, source, &k3dIn, k3dWidth, k3dHeight, k3dDepth);
-  assert_memory_equal(b->out3, expected, n3out);
-  fill_pattern(expected, n3dev, seed + 7);
-  box_apply(expected, &k3dDevDst, source, &k3dIn, k3dWidth, k3dHeight, k3dDepth);
-  assert_ok(gpumem_copy(got, b->dev_dst3, n3dev));
-  assert_memory_equal(got, expected, n3dev);
-
   free(source);
-  free(expected);
-  free(got);
+
+  for (int k = 0; k < CHAINS; k++) {
+    const chain_t* c = &kChains[k];
+    const size_t n_out = stage_bytes(k, 3);
+    const size_t n_dev = stage_bytes(k, 2);
+    unsigned char* chain_source = checked_malloc(stage_bytes(k, 0));
+    unsigned char* expected = checked_malloc(n_out > n_dev ? n_out : n_dev);
+    unsigned char* got = checked_malloc(n_dev);
+    print_message("the %dD chain\n", c->dims);
+
+    fill_pattern(chain_source, stage_bytes(k, 0), seed + 2 + 2 * (unsigned)k);
+    fill_pattern(expected, n_out, seed + 3 + 2 * (unsigned)k);
+    box_apply(expected, &c->place[3], chain_source, &c->place[0], c->width, c->height, c->depth);
+    assert_memory_equal(b->stage[k][3], expected, n_out);
+    fill_pattern(expected, n_dev, seed + 6 + (unsigned)k);
+    box_apply(expected, &c->place[2], chain_source, &c->place[0], c->width, c->height, c->depth);
+    assert_ok(gpumem_copy(got, b->stage[k][2], n_dev));
+    assert_memory_equal(got, expected, n_dev);
+
+    free(chain_source);
+    free(expected);
+    free(got);
+  }
+}
+
+/* Captures a chain's three copies, stage to stage, on the capturing stream. */
+static void chain_capture(const graph_buffers_t* b, int k, gpumem_stream_t s) {
+  const chain_t* c = &kChains[k];
+  for (int i = 0; i + 1 < STAGES; i++) {
+    const gpumem_copy3d_t c3 = copy3d_of(at(b->stage[k][i + 1], &c->place[i + 1]), at(b->stage[k][i], &c->place[i]),
+                                         c->width, c->height, c->depth);
+    const gpumem_copy2d_t c2 = copy2d_of_3d(&c3);
+    assert_ok(c->dims == 3 ? gpumem_copy3d_async(&c3, s) : gpumem_copy2d_async(&c2, s));
+  }
 }
 
 static void graph_launch_and_wait(void* exec, gpumem_stream_t stream) {
@@ -329,46 +292,22 @@ static void graph_launch_and_wait(void* exec, gpumem_stream_t stream) {
 static void test_stream_capture_graph_of_async_copies_replays(void** state) {
   (void)state;
   require_gpu();
-  graph_buffers_t b;
-  b.in1 = pinned_buffer(k1dBytes);
-  b.out1 = pinned_buffer(k1dBytes);
-  b.dev1 = device_buffer(k1dBytes);
-  b.in2 = pinned_buffer(place_bytes(&k2dIn, 1));
-  b.out2 = pinned_buffer(place_bytes(&k2dOut, 1));
-  b.dev_src2 = device_buffer(place_bytes(&k2dDevSrc, 1));
-  b.dev_dst2 = device_buffer(place_bytes(&k2dDevDst, 1));
-  b.in3 = pinned_buffer(place_bytes(&k3dIn, k3dSlices));
-  b.out3 = pinned_buffer(place_bytes(&k3dOut, k3dSlices));
-  b.dev_src3 = device_buffer(place_bytes(&k3dDevSrc, k3dSlices));
-  b.dev_dst3 = device_buffer(place_bytes(&k3dDevDst, k3dSlices));
+  graph_buffers_t b = graph_buffers_create();
   gpumem_stream_t launch = test_stream_create(0);
   graph_inputs(&b, 10);
 
-  const gpumem_copy2d_t in2 = copy2d_of(b.dev_src2, &k2dDevSrc, b.in2, &k2dIn, k2dWidth, k2dHeight);
-  const gpumem_copy2d_t mid2 = copy2d_of(b.dev_dst2, &k2dDevDst, b.dev_src2, &k2dDevSrc, k2dWidth, k2dHeight);
-  const gpumem_copy2d_t out2 = copy2d_of(b.out2, &k2dOut, b.dev_dst2, &k2dDevDst, k2dWidth, k2dHeight);
-  const gpumem_copy3d_t in3 = copy3d_of(b.dev_src3, &k3dDevSrc, b.in3, &k3dIn, k3dWidth, k3dHeight, k3dDepth);
-  const gpumem_copy3d_t mid3 = copy3d_of(b.dev_dst3, &k3dDevDst, b.dev_src3, &k3dDevSrc, k3dWidth, k3dHeight, k3dDepth);
-  const gpumem_copy3d_t out3 = copy3d_of(b.out3, &k3dOut, b.dev_dst3, &k3dDevDst, k3dWidth, k3dHeight, k3dDepth);
-
   gpumem_stream_t s = begin_global_capture();
   assert_ok(gpumem_copy_async(b.dev1, b.in1, k1dBytes, s));
-  assert_ok(gpumem_memset_async((unsigned char*)b.dev1 + k1dMemsetOffset, k1dMemsetValue, 4, k1dMemsetCount, s));
+  assert_ok(gpumem_memset_async(b.dev1 + k1dMemsetOffset, k1dMemsetValue, 4, k1dMemsetCount, s));
   assert_ok(gpumem_copy_async(b.out1, b.dev1, k1dBytes, s));
-  assert_ok(gpumem_copy2d_async(&in2, s));
-  assert_ok(gpumem_copy2d_async(&mid2, s));
-  assert_ok(gpumem_copy2d_async(&out2, s));
-  assert_ok(gpumem_copy3d_async(&in3, s));
-  assert_ok(gpumem_copy3d_async(&mid3, s));
-  assert_ok(gpumem_copy3d_async(&out3, s));
+  for (int k = 0; k < CHAINS; k++) chain_capture(&b, k, s);
   void* graph = NULL;
   assert_int_equal(((test_cu_fn_end_capture)test_cu_symbol("cuStreamEndCapture"))(s, &graph), 0);
   assert_non_null(graph);
   test_stream_destroy(s);
 
   /* Captured, not run: the destinations still hold their poison. */
-  unsigned char* poison = malloc(k1dBytes);
-  assert_non_null(poison);
+  unsigned char* poison = checked_malloc(k1dBytes);
   fill_pattern(poison, k1dBytes, 11);
   assert_memory_equal(b.out1, poison, k1dBytes);
   free(poison);
@@ -389,17 +328,7 @@ static void test_stream_capture_graph_of_async_copies_replays(void** state) {
   assert_int_equal(((test_cu_fn_graph_exec_destroy)test_cu_symbol("cuGraphExecDestroy"))(exec), 0);
   assert_int_equal(((test_cu_fn_graph_destroy)test_cu_symbol("cuGraphDestroy"))(graph), 0);
   test_stream_destroy(launch);
-  assert_ok(gpumem_host_free(b.in1));
-  assert_ok(gpumem_host_free(b.out1));
-  assert_ok(gpumem_device_free(b.dev1));
-  assert_ok(gpumem_host_free(b.in2));
-  assert_ok(gpumem_host_free(b.out2));
-  assert_ok(gpumem_device_free(b.dev_src2));
-  assert_ok(gpumem_device_free(b.dev_dst2));
-  assert_ok(gpumem_host_free(b.in3));
-  assert_ok(gpumem_host_free(b.out3));
-  assert_ok(gpumem_device_free(b.dev_src3));
-  assert_ok(gpumem_device_free(b.dev_dst3));
+  graph_buffers_destroy(&b);
 }
 
 int main(void) {

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "test_bytes.h"
 #include "test_cuda.h"
-#include "test_util.h"
 
 #define THREADS 8
 #define BYTES ((size_t)24 << 20)
@@ -63,17 +63,6 @@ static void pause_for(long nanoseconds) {
   nanosleep(&t, NULL);
 }
 
-/* A byte sequence with no short period (xorshift64*). */
-static void fill_pattern(unsigned char* p, size_t n, unsigned seed) {
-  uint64_t x = 0x9E3779B97F4A7C15ull * (seed + 1u);
-  for (size_t i = 0; i < n; i++) {
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    p[i] = (unsigned char)((x * 0x2545F4914F6CDD1Dull) >> 56);
-  }
-}
-
 /* The thread's own pattern, changed by a different non-zero byte before each copy, so that bytes
  * left from the copy before, on the device or in the host destination, never pass as this one's. */
 static void* copy_loop(void* arg) {
@@ -113,9 +102,8 @@ static void* copy_loop(void* arg) {
         break;
       }
     }
-    if (memcmp(w->dst, w->src, BYTES) != 0) {
-      size_t k = 0;
-      while (w->dst[k] == w->src[k]) k++;
+    const size_t k = first_difference(w->dst, w->src, BYTES);
+    if (k != BYTES) {
       snprintf(w->error, sizeof w->error, "%s copy %d: byte %zu came back 0x%02x, expected 0x%02x",
                on_stream ? "stream" : "synchronous", i, k, w->dst[k], w->src[k]);
       break;

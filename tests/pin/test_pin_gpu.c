@@ -12,8 +12,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "test_bytes.h"
 #include "test_cuda.h"
-#include "test_util.h"
 
 #define KiB ((size_t)1 << 10)
 #define GiB ((uint64_t)1 << 30)
@@ -26,29 +26,6 @@ static size_t page; /* sysconf(_SC_PAGESIZE), set in main */
 /* ---------------------------------------------------------------------------------------------
  * Helpers
  * ------------------------------------------------------------------------------------------- */
-
-/* A byte sequence with no short period, so that a shifted or partial copy cannot match it. */
-static unsigned char pattern_byte(size_t i, unsigned seed) {
-  uint32_t x = (uint32_t)i * 2654435761u + seed * 40503u + 0x9E3779B9u;
-  x ^= x >> 15;
-  x *= 0x2C1B3C6Du;
-  x ^= x >> 12;
-  return (unsigned char)x;
-}
-
-static void fill_pattern(unsigned char* p, size_t n, unsigned seed) {
-  for (size_t i = 0; i < n; i++) p[i] = pattern_byte(i, seed);
-}
-
-/* Fails naming the first differing byte, which says more than "memcmp != 0". */
-static void expect_bytes(const unsigned char* got, const unsigned char* want, size_t n, const char* what) {
-  for (size_t i = 0; i < n; i++) {
-    if (got[i] != want[i]) {
-      print_error("%s: byte %zu of %zu is 0x%02x, expected 0x%02x\n", what, i, n, got[i], want[i]);
-      fail();
-    }
-  }
-}
 
 /* Fresh anonymous pages: no one else can have registered them. */
 static unsigned char* map_pages(size_t pages) {
