@@ -45,37 +45,47 @@ class HostCopier {
       return;
     }
     const size_t part = (n / parts + 63) & ~size_t{63};
-    std::atomic<size_t> left{parts - 1};
+    Job job;
+    job.left.store(parts - 1, std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       for (size_t i = 1; i < parts; ++i) {
         const size_t at = i * part;
         queue_.push_back(
-            {static_cast<char*>(dst) + at, static_cast<const char*>(src) + at, i + 1 == parts ? n - at : part, &left});
+            {static_cast<char*>(dst) + at, static_cast<const char*>(src) + at, i + 1 == parts ? n - at : part, &job});
       }
       queued_.store(queue_.size(), std::memory_order_release);
     }
     if (sleeping_.load(std::memory_order_acquire)) wake_.notify_all();
     std::memcpy(dst, src, part);
-    // The pieces end at about the same time as this thread's, so spin before sleeping: a futex
-    // wake-up costs as much as copying a few hundred kilobytes.
-    for (int spin = 0; left.load(std::memory_order_acquire) != 0; ++spin) {
-      if (spin < kSpins)
-        spin_pause();
-      else
-        left.wait(left.load(std::memory_order_acquire), std::memory_order_acquire);
-    }
+    // The pieces end at about the same time as this thread's, so spin before sleeping: a wake-up
+    // costs as much as copying a few hundred kilobytes.
+    for (int spin = 0; spin < kSpins && job.left.load(std::memory_order_acquire) != 0; ++spin) spin_pause();
+    // Taking the job's mutex also waits for a worker still inside finish(), so the job may end.
+    std::unique_lock<std::mutex> lock(job.mutex);
+    job.done.wait(lock, [&] { return job.left.load(std::memory_order_acquire) == 0; });
   }
 
  private:
   static constexpr int kSpins = 2000;  // some tens of microseconds of pauses
 
+  // One copy's pieces on worker threads; lives on the copying thread's stack until all are done.
+  struct Job {
+    std::atomic<size_t> left{0};
+    std::mutex mutex;
+    std::condition_variable done;
+  };
   struct Piece {
     char* dst;
     const char* src;
     size_t n;
-    std::atomic<size_t>* left;
+    Job* job;
   };
+
+  static void finish(Job& job) {
+    std::lock_guard<std::mutex> lock(job.mutex);
+    if (job.left.fetch_sub(1, std::memory_order_acq_rel) == 1) job.done.notify_all();
+  }
 
   bool take(Piece& p) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -104,7 +114,7 @@ class HostCopier {
         spin = 0;
       }
       std::memcpy(p.dst, p.src, p.n);
-      if (p.left->fetch_sub(1, std::memory_order_acq_rel) == 1) p.left->notify_all();
+      finish(*p.job);
     }
   }
 
