@@ -387,10 +387,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: bench_alloc [--pattern]\n");
     return 2;
   }
-  try {
-    return run();
-  } catch (const std::exception& e) {
-    std::printf("FAIL %s\n", e.what());
-    return 1;
-  }
+  return bench_run(run);
 }

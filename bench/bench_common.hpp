@@ -30,6 +30,17 @@ inline void check(cudaError_t e, const char* call) {
     cuda_failed(call, e);
 }
 
+// Runs a benchmark's body; a failure outside every row ends it with "FAIL <what>" and status 1.
+template <class Run>
+int bench_run(Run&& run) {
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    std::printf("FAIL %s\n", e.what());
+    return 1;
+  }
+}
+
 // Returns false, having printed "no GPU: ..." (a clean exit for the caller), when there is none;
 // otherwise fills description with "device 0: NAME; driver CUDA x.y, runtime x.y; gpumem V".
 inline bool bench_open_device_0(std::string& description) {

@@ -599,10 +599,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: bench_copy [--quick]\n");
     return 2;
   }
-  try {
-    return run();
-  } catch (const std::exception& e) {
-    std::printf("FAIL %s\n", e.what());
-    return 1;
-  }
+  return bench_run(run);
 }

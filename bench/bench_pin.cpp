@@ -523,10 +523,5 @@ int main(int argc, char**) {
     std::fprintf(stderr, "usage: bench_pin\n");
     return 2;
   }
-  try {
-    return run();
-  } catch (const std::exception& e) {
-    std::printf("FAIL %s\n", e.what());
-    return 1;
-  }
+  return bench_run(run);
 }
