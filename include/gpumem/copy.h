@@ -91,8 +91,9 @@ GPUMEM_API gpumem_status_t gpumem_copy(void* dst, const void* src, size_t size);
 /**
  * @brief Queues a copy as gpumem_copy() does, on a stream (`cuMemcpyAsync`).
  *
- * Plain (pageable) host memory is staged by the driver, so the call may return only once the
- * host side has been read or written; use pinned memory for copies that overlap.
+ * A copy with plain (pageable) host memory goes through page-locked staging buffers (gpumem's from
+ * 1 MiB, the driver's below), so the call returns only once the host side has been read or
+ * written; use pinned memory for copies that overlap with other work.
  * @param[out] dst Destination.
  * @param[in] src Source.
  * @param[in] size Bytes.
@@ -203,7 +204,8 @@ GPUMEM_API gpumem_status_t gpumem_copy3d_init(gpumem_copy3d_t* copy, size_t stru
  *
  * Either side may be device, managed, pinned or registered host, or plain host memory, or a CUDA
  * array, on any device. Nothing is written unless the whole copy is valid.
- * @param[in] copy The copy; a width or height of 0 succeeds and does nothing.
+ * @param[in] copy The copy; a width or height of 0 succeeds and does nothing once the sides are
+ *        well formed (checks 1 to 4 of docs/copy.md).
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p copy is NULL or its @c struct_size too small; a side has
  *         both or neither of a pointer and an array; a pitch is smaller than @c width; an array
@@ -242,7 +244,8 @@ GPUMEM_API gpumem_status_t gpumem_copy2d_async(const gpumem_copy2d_t* copy, gpum
 
 /**
  * @brief Copies a 3D region, synchronously; as gpumem_copy2d(), in slices.
- * @param[in] copy The copy; a width, height or depth of 0 succeeds and does nothing.
+ * @param[in] copy The copy; a width, height or depth of 0 succeeds and does nothing once the sides
+ *        are well formed (checks 1 to 4 of docs/copy.md).
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT As for gpumem_copy2d(), and a side's rows per slice is
  *         smaller than @c height.
@@ -294,8 +297,9 @@ GPUMEM_API gpumem_status_t gpumem_copy_staging_get_held(size_t* out_bytes);
 /**
  * @brief Frees the staging buffers that no copy is using; those in use are freed when their copy
  *        ends if this was called during it.
+ *
+ * Copies still queued on streams that read or write the buffers are waited for first.
  * @retval GPUMEM_SUCCESS
- * @retval GPUMEM_ERROR_DRIVER
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.2.0

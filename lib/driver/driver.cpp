@@ -250,6 +250,12 @@ void throw_result(CUresult result, const std::string& what) {
               static_cast<int32_t>(result));
 }
 
+RelaxedCaptureScope::RelaxedCaptureScope() {
+  check(api().cuThreadExchangeStreamCaptureMode(&previous_), "cuThreadExchangeStreamCaptureMode");
+}
+
+RelaxedCaptureScope::~RelaxedCaptureScope() { loaded().api.cuThreadExchangeStreamCaptureMode(&previous_); }
+
 ContextScope::ContextScope(CUcontext context) {
   const Api& a = api();
   CUcontext current = nullptr;

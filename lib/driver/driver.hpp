@@ -59,6 +59,20 @@ void unless_shut_down(F&& f) {
   }
 }
 
+// Puts the calling thread's stream captures in relaxed mode for the scope, so that one-time set-up
+// (loading a module, enabling peer access) may run while the caller captures a graph in global
+// mode without spoiling the capture; as CuPy and PyTorch do around their allocations.
+class RelaxedCaptureScope {
+ public:
+  RelaxedCaptureScope();
+  ~RelaxedCaptureScope();
+  RelaxedCaptureScope(const RelaxedCaptureScope&) = delete;
+  RelaxedCaptureScope& operator=(const RelaxedCaptureScope&) = delete;
+
+ private:
+  CUstreamCaptureMode previous_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+};
+
 // Makes a context current for the scope, restoring the caller's afterwards; does nothing if it
 // is current already.
 class ContextScope {

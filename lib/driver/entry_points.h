@@ -53,12 +53,15 @@
   X(cuDeviceCanAccessPeer, 4000)                       \
   X(cuCtxEnablePeerAccess, 4000)                       \
   X(cuStreamIsCapturing, 10000)                        \
+  X(cuThreadExchangeStreamCaptureMode, 10010)          \
   X(cuEventCreate, 2000)                               \
   X(cuEventRecord, 2000)                               \
   X(cuEventSynchronize, 2000)                          \
+  X(cuEventQuery, 2000)                                \
   X(cuEventDestroy, 4000)                              \
   X(cuModuleLoadData, 2000)                            \
   X(cuModuleGetFunction, 2000)                         \
+  X(cuModuleUnload, 2000)                              \
   X(cuLaunchKernel, 4000)                              \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050) \
   X(cuArray3DCreate, 3020)                             \

@@ -168,6 +168,9 @@ ArrayRef array_lookup(const gpumem_array_t* array) {
   size_t bytes = 0;
   for (const Format& f : kFormats)
     if (f.format == array->desc.format) bytes = f.bytes;
+  if (!bytes)
+    fail(GPUMEM_ERROR_INTERNAL, "array %p has format %d, which gpumem does not know", static_cast<const void*>(array),
+         array->desc.format);
   return {array->handle, array->context, array->desc, bytes * array->desc.channels};
 }
 

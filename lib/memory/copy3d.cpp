@@ -45,7 +45,8 @@ void check_shape(Side& s, const CopyRegion& r) {
       fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s rows %s to %s do not fit in a slice of %s_height %s rows", in.role,
            grouped(in.y).c_str(), grouped(in.y + r.height - 1).c_str(), in.role, grouped(s.height).c_str());
   } else {
-    s.height = in.y + r.height;  // one slice: only its rows matter
+    // One slice: only its rows matter. Saturated, as a y this large is refused as wrapping later.
+    s.height = in.y > SIZE_MAX - r.height ? SIZE_MAX : in.y + r.height;
   }
 }
 
@@ -73,12 +74,22 @@ void check_array(Side& s, const CopyRegion& r) {
 
 void check_memory(Side& s, const CopyRegion& r) {
   const CopySide& in = s.in;
-  const Wide slice = Wide(s.pitch) * s.height;
-  const Wide start = Wide(reinterpret_cast<uintptr_t>(in.ptr)) + in.z * slice + Wide(in.y) * s.pitch + in.x;
-  const Wide span = Wide(r.depth - 1) * slice + Wide(r.height - 1) * s.pitch + r.width;
-  if (start + span - 1 > Wide(UINTPTR_MAX))
+  // Unsigned 128-bit terms, each checked against the address space before they are added, so no
+  // product or sum can wrap into a region that looks small.
+  using Unsigned = unsigned __int128;
+  const Unsigned limit = UINTPTR_MAX;
+  const Unsigned slice = Unsigned(s.pitch) * s.height;
+  const bool slices = r.depth > 1 || in.z > 0;
+  const Unsigned terms[] = {slices ? slice : 0, slices ? Unsigned(in.z) * static_cast<size_t>(slice) : 0,
+                            slices ? Unsigned(r.depth - 1) * static_cast<size_t>(slice) : 0, Unsigned(in.y) * s.pitch,
+                            Unsigned(r.height - 1) * s.pitch};
+  bool wraps = false;
+  for (const Unsigned t : terms) wraps |= t > limit;
+  const Unsigned start = Unsigned(reinterpret_cast<uintptr_t>(in.ptr)) + terms[1] + terms[3] + in.x;
+  const Unsigned span = terms[2] + terms[4] + r.width;
+  if (wraps || start + span - 1 > limit)
     fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s region at %p wraps around the address space", in.role, in.ptr);
-  s.slice = static_cast<size_t>(slice);
+  s.slice = slice > limit ? 0 : static_cast<size_t>(slice);  // 0: one slice, whose size does not matter
   s.start = static_cast<uintptr_t>(start);
   s.end = static_cast<uintptr_t>(start + span);
   s.info = pointer_info(reinterpret_cast<void*>(s.start));
@@ -104,8 +115,33 @@ bool rows_touch(const Side& b, const CopyRegion& r, Wide lo, Wide hi) {
   return false;
 }
 
-// Exact, so that interleaved rows of one buffer may be copied onto each other; one pass over
-// a's rows, only when the two regions' spans meet.
+// One pass over d's rows.
+bool rows_touch_all(const Side& d, const Side& s, const CopyRegion& r) {
+  for (size_t k = 0; k < r.depth; ++k)
+    for (size_t i = 0; i < r.height; ++i) {
+      const Wide lo = Wide(d.start) + Wide(k) * d.slice + Wide(i) * d.pitch;
+      if (rows_touch(s, r, lo, lo + r.width)) return true;
+    }
+  return false;
+}
+
+// Sides with the same pitch (and slice) are translates of each other: rows i, k of d and j, m of
+// s meet where |start difference + (k - m) slice + (i - j) pitch| < width. One step per slice
+// difference instead of one per row.
+bool translates_touch(const Side& d, const Side& s, const CopyRegion& r) {
+  const Wide delta = Wide(d.start) - Wide(s.start), p = d.pitch, w = r.width, rows = Wide(r.height) - 1;
+  const Wide slices = r.depth > 1 ? Wide(r.depth) - 1 : 0;
+  for (Wide dk = -slices; dk <= slices; ++dk) {
+    const Wide t = delta + dk * Wide(d.slice);
+    const Wide di_min = std::max<Wide>(-rows, floor_div(-w - t, p) + 1);
+    const Wide di_max = std::min<Wide>(rows, floor_div(w - t - 1, p));
+    if (di_min <= di_max) return true;
+  }
+  return false;
+}
+
+// Exact, so that interleaved rows of one buffer may be copied onto each other; only when the two
+// regions' spans meet.
 void check_overlap(const Side& d, const Side& s, const CopyRegion& r) {
   bool overlap = false;
   if (d.is_array && s.is_array) {
@@ -113,11 +149,8 @@ void check_overlap(const Side& d, const Side& s, const CopyRegion& r) {
     overlap = d.array.handle == s.array.handle && meet(d.in.x, s.in.x, r.width) && meet(d.in.y, s.in.y, r.height) &&
               meet(d.in.z, s.in.z, r.depth);
   } else if (!d.is_array && !s.is_array && d.start < s.end && s.start < d.end) {
-    for (size_t k = 0; k < r.depth && !overlap; ++k)
-      for (size_t i = 0; i < r.height && !overlap; ++i) {
-        const Wide lo = Wide(d.start) + Wide(k) * d.slice + Wide(i) * d.pitch;
-        overlap = rows_touch(s, r, lo, lo + r.width);
-      }
+    overlap = d.pitch == s.pitch && (r.depth == 1 || d.slice == s.slice) ? translates_touch(d, s, r)
+                                                                         : rows_touch_all(d, s, r);
   }
   if (overlap)
     fail(GPUMEM_ERROR_INVALID_ARGUMENT,
@@ -167,7 +200,7 @@ bool try_kernel(const Side& d, const Side& s, const CopyRegion& r, CUstream stre
       s.info.memory_type != GPUMEM_MEMORY_DEVICE || d.info.device != s.info.device)
     return false;
   const CUcontext primary = driver::primary_context(d.info.device);
-  if (d.info.context != primary || s.info.context != primary) return false;
+  if (context_of(d.info) != primary || context_of(s.info) != primary) return false;
   if (async) {
     const CUcontext sc = driver::stream_context(stream);
     if (sc && sc != primary) return false;
@@ -178,8 +211,9 @@ bool try_kernel(const Side& d, const Side& s, const CopyRegion& r, CUstream stre
   rows.src = s.start;
   rows.dst_pitch = d.pitch;
   rows.src_pitch = s.pitch;
-  rows.dst_slice_pitch = d.slice;
-  rows.src_slice_pitch = s.slice;
+  // One slice has no slice pitch; leaving it out keeps equally aligned rows on the faster kernel.
+  rows.dst_slice_pitch = r.depth > 1 ? d.slice : 0;
+  rows.src_slice_pitch = r.depth > 1 ? s.slice : 0;
   rows.width = r.width;
   rows.height = r.height;
   rows.rows = uint64_t(r.height) * r.depth;

@@ -52,34 +52,47 @@ Kernels& kernels() {
   return *k;
 }
 
-// With the device's primary context current. A device the fatbin has no code for (and whose PTX
-// the driver cannot compile) is left to the driver's copies.
-void load(DeviceKernels& dk, int device) {
 #ifdef GPUMEM_COPY_KERNEL_FATBIN
+// The driver's answers that mean the fatbin will never load on this device: no code for it, and
+// PTX it cannot compile. Anything else (out of memory, say) is tried again on the next copy.
+bool never_loads(CUresult r) {
+  return r == CUDA_ERROR_NO_BINARY_FOR_GPU || r == CUDA_ERROR_INVALID_PTX || r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION ||
+         r == CUDA_ERROR_INVALID_IMAGE || r == CUDA_ERROR_JIT_COMPILER_NOT_FOUND ||
+         r == CUDA_ERROR_JIT_COMPILATION_DISABLED;
+}
+
+// With the device's primary context current; under the kernels' load mutex.
+void load(DeviceKernels& dk, int device) {
   const driver::Api& a = driver::api();
+  driver::RelaxedCaptureScope relaxed;
   CUmodule module = nullptr;
-  if (a.cuModuleLoadData(&module, gpumem_copy_kernel_fatbin) != CUDA_SUCCESS) {
-    dk.state.store(DeviceKernels::kUnavailable, std::memory_order_release);
+  if (const CUresult r = a.cuModuleLoadData(&module, gpumem_copy_kernel_fatbin); r != CUDA_SUCCESS) {
+    if (never_loads(r)) dk.state.store(DeviceKernels::kUnavailable, std::memory_order_release);
     return;
   }
-  CUdevice dev = 0;
-  driver::check(a.cuDeviceGet(&dev, device), "cuDeviceGet");
-  int sms = 0;
-  driver::check(a.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute");
-  for (auto [kernel, name] :
-       {std::pair{&dk.aligned, "gpumem_copy_rows_aligned"}, {&dk.shifted, "gpumem_copy_rows_shifted"}}) {
-    driver::check(a.cuModuleGetFunction(&kernel->function, module, name), "cuModuleGetFunction");
-    int blocks_per_sm = 0;
-    driver::check(a.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel->function, kThreadsPerBlock, 0),
-                  "cuOccupancyMaxActiveBlocksPerMultiprocessor");
-    kernel->max_blocks = static_cast<unsigned>(sms) * static_cast<unsigned>(std::max(1, blocks_per_sm));
+  try {
+    CUdevice dev = 0;
+    driver::check(a.cuDeviceGet(&dev, device), "cuDeviceGet");
+    int sms = 0;
+    driver::check(a.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute");
+    for (auto [kernel, name] :
+         {std::pair{&dk.aligned, "gpumem_copy_rows_aligned"}, {&dk.shifted, "gpumem_copy_rows_shifted"}}) {
+      driver::check(a.cuModuleGetFunction(&kernel->function, module, name), "cuModuleGetFunction");
+      int blocks_per_sm = 0;
+      driver::check(
+          a.cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel->function, kThreadsPerBlock, 0),
+          "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+      kernel->max_blocks = static_cast<unsigned>(sms) * static_cast<unsigned>(std::max(1, blocks_per_sm));
+    }
+  } catch (const Error&) {
+    a.cuModuleUnload(module);
+    throw;
   }
   dk.state.store(DeviceKernels::kReady, std::memory_order_release);
-#else
-  (void)device;
-  dk.state.store(DeviceKernels::kUnavailable, std::memory_order_release);
-#endif
 }
+#else
+void load(DeviceKernels& dk, int) { dk.state.store(DeviceKernels::kUnavailable, std::memory_order_release); }
+#endif
 
 }  // namespace
 

@@ -43,8 +43,9 @@ __device__ __forceinline__ void copy_row(uint8_t* __restrict__ dst, const uint8_
   uint4* __restrict__ out = reinterpret_cast<uint4*>(dst + head);
   const uintptr_t from = reinterpret_cast<uintptr_t>(src + head);
   const uint32_t shift = from & 15;
-  // Each destination word takes bytes from the two aligned source words it straddles; both hold
-  // bytes of the row, so nothing outside it is read.
+  // Each destination word takes bytes from the two aligned source words it straddles. Both hold
+  // bytes of the row, so the bytes read outside it (up to 15 at either end) lie in the same aligned
+  // 16 bytes as a row byte: never on another page.
   const uint4* __restrict__ in = reinterpret_cast<const uint4*>(from - shift);
   const uint64_t step = uint64_t(lanes) * kBatch<kShifted>;
   if (!kShifted || shift == 0) {

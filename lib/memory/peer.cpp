@@ -27,8 +27,9 @@ PeerTable& table() {
   return *t;
 }
 
-// Lets `from` reach `to`'s memory; remembers when the hardware or the driver says no.
-PeerState enable(int from, int to) {
+// Lets `from` reach `to`'s memory. kUnavailable only where the hardware or the driver says the
+// pair never can; any other failure leaves the pair to be tried again on the next copy.
+PeerState enable(int from, int to) try {
   const driver::Api& a = driver::api();
   CUdevice dev_from = 0, dev_to = 0;
   driver::check(a.cuDeviceGet(&dev_from, from), "cuDeviceGet");
@@ -37,10 +38,19 @@ PeerState enable(int from, int to) {
   driver::check(a.cuDeviceCanAccessPeer(&can, dev_from, dev_to), "cuDeviceCanAccessPeer");
   if (!can) return kUnavailable;
   driver::ContextScope scope(driver::primary_context(from));
-  const CUresult r = a.cuCtxEnablePeerAccess(driver::primary_context(to), 0);
-  // Already enabled (by the caller's own code, say) is as good; too many peers or any other
-  // refusal leaves the pair to the driver's staged peer copies.
-  return r == CUDA_SUCCESS || r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED ? kEnabled : kUnavailable;
+  driver::RelaxedCaptureScope relaxed;
+  switch (a.cuCtxEnablePeerAccess(driver::primary_context(to), 0)) {
+    case CUDA_SUCCESS:
+    case CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:  // by the caller's own code, say
+      return kEnabled;
+    case CUDA_ERROR_PEER_ACCESS_UNSUPPORTED:
+    case CUDA_ERROR_TOO_MANY_PEERS:
+      return kUnavailable;
+    default:
+      return kUnknown;
+  }
+} catch (const Error&) {
+  return kUnknown;  // peer access only speeds copies up: the copy goes on without it
 }
 
 }  // namespace

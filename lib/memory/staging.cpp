@@ -6,10 +6,13 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <iterator>
 #include <mutex>
+#include <system_error>
 #include <thread>
+#include <vector>
+
+#include <sched.h>
 
 #include "core/spin_lock.hpp"
 #include "gpumem/copy.h"
@@ -32,10 +35,17 @@ constexpr size_t kPieceBytes = size_t{128} << 10;
 class HostCopier {
  public:
   HostCopier() {
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    // More than this many threads adds nothing: a few cores saturate host memory bandwidth.
-    workers_ = std::min(5u, cores - 1);
-    for (unsigned i = 0; i < workers_; ++i) std::thread([this] { work(); }).detach();
+    queue_.reserve(kMaxPieces);  // so that queueing a copy's pieces cannot fail half way
+    // The cores this process may run on (its affinity, as a container's cpuset sets it), less the
+    // calling thread's; more than kMaxWorkers adds nothing, as a few saturate memory bandwidth.
+    cpu_set_t cpus;
+    const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    const unsigned wanted = std::min<unsigned>(kMaxWorkers, static_cast<unsigned>(std::max(cores, 1) - 1));
+    try {
+      for (; workers_ < wanted; ++workers_) std::thread([this] { work(); }).detach();
+    } catch (const std::system_error&) {
+      // Out of threads: copy with those that started, down to the calling thread alone.
+    }
   }
 
   void copy(void* dst, const void* src, size_t n) {
@@ -68,6 +78,9 @@ class HostCopier {
 
  private:
   static constexpr int kSpins = 2000;  // some tens of microseconds of pauses
+  static constexpr unsigned kMaxWorkers = 5;
+  // Pieces queued at once: each staged copy (at most kSets at a time) queues one per worker.
+  static constexpr size_t kMaxPieces = kSets * kMaxWorkers;
 
   // One copy's pieces on worker threads; lives on the copying thread's stack until all are done.
   struct Job {
@@ -91,7 +104,7 @@ class HostCopier {
     std::lock_guard<std::mutex> lock(mutex_);
     if (queue_.empty()) return false;
     p = queue_.front();
-    queue_.pop_front();
+    queue_.erase(queue_.begin());
     queued_.store(queue_.size(), std::memory_order_release);
     return true;
   }
@@ -121,7 +134,7 @@ class HostCopier {
   unsigned workers_ = 0;
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<Piece> queue_;
+  std::vector<Piece> queue_;  // a handful at most: taken from the front
   std::atomic<size_t> queued_{0};
   std::atomic<unsigned> sleeping_{0};
 };
@@ -189,6 +202,18 @@ void free_set(StagingSet& set) {
   }
 }
 
+// Whether every copy that used the set has ended; asks the driver without waiting.
+bool settled(StagingSet& set) {
+  if (!set.events_context) return true;
+  driver::ContextScope scope(set.events_context);
+  for (int b = 0; b < kBuffers; ++b) {
+    if (!set.pending[b]) continue;
+    if (driver::api().cuEventQuery(set.events[b]) != CUDA_SUCCESS) return false;
+    set.pending[b] = false;
+  }
+  return true;
+}
+
 // Buffers for the copy, and events in the current context. False if page-locked memory ran out.
 bool prepare(StagingSet& set) {
   const driver::Api& a = driver::api();
@@ -220,11 +245,23 @@ bool prepare(StagingSet& set) {
 // A set taken for one copy and given back when the copy ends, however it ends.
 class Lease {
  public:
+  // Takes a set no copy is using and whose last copies have ended (one still in flight on another
+  // stream would make this copy wait for that stream), one with buffers first; none if all are
+  // busy, and the copy goes to the driver.
   Lease() {
     Staging& s = staging();
     std::lock_guard<std::mutex> lock(s.mutex);
-    for (StagingSet& set : s.sets)
-      if (!set.in_use && (!set_ || set.buffers[0])) set_ = &set;  // prefer one with buffers already
+    StagingSet* empty = nullptr;
+    for (StagingSet& set : s.sets) {
+      if (set.in_use) continue;
+      if (!set.buffers[0]) {
+        empty = empty ? empty : &set;
+      } else if (settled(set)) {
+        set_ = &set;
+        break;
+      }
+    }
+    if (!set_) set_ = empty;
     if (set_) set_->in_use = true;
   }
   ~Lease() {
@@ -247,6 +284,17 @@ class Lease {
   StagingSet* set_ = nullptr;
 };
 
+// Marks buffer b in use by the copy just queued on stream. Without its event nothing could tell
+// when the buffer is free again, so a failure waits for the stream before it is reported.
+void record(StagingSet& set, int b, CUstream stream) {
+  const driver::Api& a = driver::api();
+  if (const CUresult r = a.cuEventRecord(set.events[b], stream); r != CUDA_SUCCESS) {
+    a.cuStreamSynchronize(stream);
+    driver::throw_result(r, "cuEventRecord for staging");
+  }
+  set.pending[b] = true;
+}
+
 size_t chunk_for(size_t size) {
   // At least four chunks a copy, so that host copying and DMA overlap even in the smaller staged
   // copies; no smaller than the driver calls each chunk costs are worth.
@@ -265,8 +313,7 @@ void stage_to_device(StagingSet& set, char* dst, const char* src, size_t size, C
     driver::check(a.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst + done),
                                   reinterpret_cast<CUdeviceptr>(set.buffers[b]), n, stream),
                   "staged copy to the device");
-    driver::check(a.cuEventRecord(set.events[b], stream), "cuEventRecord for staging");
-    set.pending[b] = true;
+    record(set, b, stream);
     done += n;
   }
   // The caller's memory has been read; a stream-ordered copy may end here. The buffers are
@@ -286,8 +333,7 @@ void stage_to_host(StagingSet& set, char* dst, const char* src, size_t size, CUs
     driver::check(a.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(set.buffers[b]),
                                   reinterpret_cast<CUdeviceptr>(src + at), n, stream),
                   "staged copy from the device");
-    driver::check(a.cuEventRecord(set.events[b], stream), "cuEventRecord for staging");
-    set.pending[b] = true;
+    record(set, b, stream);
   };
   for (size_t i = 0; i < std::min<size_t>(kBuffers, chunks); ++i) issue(i);
   for (size_t i = 0; i < chunks; ++i) {

@@ -499,6 +499,16 @@ static CUresult CUDAAPI fake_cuStreamIsCapturing(CUstream stream, CUstreamCaptur
   *status = CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
 }
+static CUresult CUDAAPI fake_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  REQUIRE_INIT();
+  *mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI fake_cuModuleUnload(CUmodule module) {
+  (void)module;
+  REQUIRE_CONTEXT();
+  return CUDA_ERROR_INVALID_HANDLE;
+}
 static CUresult CUDAAPI fake_cuEventCreate(CUevent* event, unsigned int flags) {
   (void)event;
   (void)flags;
@@ -512,6 +522,11 @@ static CUresult CUDAAPI fake_cuEventRecord(CUevent event, CUstream stream) {
   return CUDA_ERROR_INVALID_HANDLE;
 }
 static CUresult CUDAAPI fake_cuEventSynchronize(CUevent event) {
+  (void)event;
+  REQUIRE_INIT();
+  return CUDA_ERROR_INVALID_HANDLE;
+}
+static CUresult CUDAAPI fake_cuEventQuery(CUevent event) {
   (void)event;
   REQUIRE_INIT();
   return CUDA_ERROR_INVALID_HANDLE;
