@@ -85,5 +85,7 @@ bool ensure_peer_access(int a, int b);
 bool staged_copy(void* dst, const void* src, size_t size, bool to_device, CUstream stream, bool async);
 size_t staging_held();
 void staging_release();
+// Copies host memory as staging does: split over its worker threads when large. For tests.
+void host_copy(void* dst, const void* src, size_t size);
 
 }  // namespace gpumem::memory

@@ -403,6 +403,8 @@ bool staged_copy(void* dst, const void* src, size_t size, bool to_device, CUstre
   return true;
 }
 
+void host_copy(void* dst, const void* src, size_t size) { host_copier().copy(dst, src, size); }
+
 size_t staging_held() { return staging().held.load(std::memory_order_relaxed); }
 
 void staging_release() {
