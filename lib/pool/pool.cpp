@@ -48,8 +48,11 @@ struct Pool::Chunk {
   Chunk* free_prev;  // in its class's free list
   Chunk* free_next;
   Arena* arena;
-  int cls;  // the size class of its size (kept while in use, for the free)
-  bool in_use;
+  gpumem_stream_t stream;              // in use: the stream it was handed out on
+  std::vector<gpumem_stream_t>* uses;  // in use: other streams it is used on (record_stream); usually NULL
+  int cls;                             // the size class of its size (kept while in use, for the free)
+  bool in_use;                         // handed out, or freed and pending: never merged
+  bool pending;                        // freed, waiting for fences in pending_frees_
 };
 
 struct Pool::Arena {
@@ -61,6 +64,7 @@ struct Pool::Arena {
   std::array<Chunk*, kClasses> heads{};
   uint64_t free_blocks = 0;
   uint64_t free_bytes = 0;
+  bool unfenceable = false;  // recording on its stream failed (destroyed by its owner): lend nothing
 
   // The first non-empty class at or above c, or -1.
   int find_from(int c) const {
@@ -77,12 +81,17 @@ struct Pool::Arena {
 
 void Pool::set_reclaim_runner(ReclaimRunner runner) { reclaim_runner.store(runner); }
 
-Pool::Pool(alloc::Allocator* upstream, uint64_t limit)
-    : alloc::Allocator(upstream->device(), "pool"), upstream_(upstream), limit_(limit) {
+Pool::Pool(alloc::Allocator* upstream, uint64_t limit, alloc::StreamOrder* order)
+    : alloc::Allocator(upstream->device(), "pool"), upstream_(upstream), order_(order), limit_(limit) {
   upstream_->retain();
 }
 
 Pool::~Pool() {
+  try {
+    settle_pending(true);
+  } catch (...) {
+    // A fence that cannot be waited for keeps its chunk; its block stays with the upstream.
+  }
   std::vector<Block> blocks;
   {
     std::lock_guard<SpinLock> lock(mutex_);
@@ -207,8 +216,9 @@ Pool::Chunk* Pool::take(Arena& arena, size_t rounded) {
   return best;
 }
 
-void* Pool::hand_out(Chunk* c, size_t size) {
+void* Pool::hand_out(Chunk* c, size_t size, gpumem_stream_t stream) {
   c->in_use = true;
+  c->stream = stream;
   c->requested = size;
   ++live_count_;
   stats_.on_alloc(c->size, size);
@@ -221,11 +231,26 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
   const size_t rounded = (size + kRound - 1) / kRound * kRound;
   mem_size = rounded;
   Arena* arena;
+  bool has_pending;
   {
     std::lock_guard<SpinLock> lock(mutex_);
     arena = &arena_for(stream);
-    if (Chunk* c = take(*arena, rounded)) return hand_out(c, size);
+    if (Chunk* c = take(*arena, rounded)) return hand_out(c, size, stream);
+    has_pending = !pending_frees_.empty();
   }
+  // The slow path: frees whose other streams have finished, then another stream's free memory,
+  // before the upstream.
+  bool settled = false;
+  try {
+    settled = has_pending && settle_pending(false);
+  } catch (const Error&) {
+    // A fence the driver could not answer for keeps its chunk pending; this allocation goes on.
+  }
+  if (settled) {
+    std::lock_guard<SpinLock> lock(mutex_);
+    if (Chunk* c = take(*arena, rounded)) return hand_out(c, size, stream);
+  }
+  if (void* p = take_across(*arena, rounded, size, stream)) return p;
   bool beyond_limit;
   {
     std::lock_guard<SpinLock> lock(mutex_);
@@ -240,6 +265,13 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
   bool reclaimed = false;
   for (int attempt = 0; attempt < 3; ++attempt) {
     if (attempt == 1) {
+      // Out of memory: the host waits for the pending frees' fences (only those: no device-wide
+      // synchronize), then cached blocks go back.
+      try {
+        settle_pending(true);
+      } catch (const Error&) {
+        // A fence that cannot be waited for keeps its chunk pending; the retry goes on.
+      }
       std::vector<Block> blocks;
       {
         std::lock_guard<SpinLock> lock(mutex_);
@@ -264,7 +296,7 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
     }
     if (attempt > 0) {
       std::lock_guard<SpinLock> lock(mutex_);
-      if (Chunk* c = take(*arena, rounded)) return hand_out(c, size);
+      if (Chunk* c = take(*arena, rounded)) return hand_out(c, size, stream);
     }
     bool over_limit = false;
     try {
@@ -338,7 +370,7 @@ void* Pool::grow(Arena*& arena, size_t size, size_t rounded, gpumem_stream_t str
   c->size = rounded;
   c->cls = size_class(rounded);
   c->arena = arena;
-  return hand_out(c, size);
+  return hand_out(c, size, stream);
 }
 
 void Pool::fail_out_of_memory(size_t size, size_t rounded, const std::string& why) {
@@ -358,15 +390,71 @@ void Pool::fail_out_of_memory(size_t size, size_t rounded, const std::string& wh
                      grouped(s.reserved).c_str(), limit_text.c_str(), why.c_str()));
 }
 
-void Pool::do_deallocate(void* p, gpumem_stream_t) {
+void Pool::do_deallocate(void* p, gpumem_stream_t stream) {
+  std::vector<gpumem_stream_t> others;  // streams whose work may still use the memory
+  Chunk* c;
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    const auto it = chunks_.find(reinterpret_cast<uintptr_t>(p));
+    if (it == chunks_.end() || !it->second->in_use || it->second->pending)
+      fail(GPUMEM_ERROR_NOT_OWNED, "%p was not allocated by this pool, or is freed already (out-of-pool memory)", p);
+    c = it->second;
+    const Arena& arena = *c->arena;
+    // Work on the arena's own stream runs in order before its next user's: only other streams'
+    // work needs a fence. Memory no stream's work touches (no order_) needs none.
+    if (!order_) {
+      finish_free(c, false);
+      return;
+    }
+    const bool foreign_free = stream_key(stream) != arena.key;
+    // Handed out across streams. Never so on the per-thread stream, which only its arena uses.
+    const bool foreign_alloc = c->stream != GPUMEM_STREAM_PER_THREAD && stream_key(c->stream) != arena.key;
+    if (!foreign_free && !foreign_alloc && !c->uses) {
+      finish_free(c, false);
+      return;
+    }
+    if (foreign_free) others.push_back(stream);
+    if (foreign_alloc && stream_key(c->stream) != stream_key(stream)) others.push_back(c->stream);
+    if (c->uses)
+      for (gpumem_stream_t u : *c->uses)
+        if (stream_key(u) != arena.key && stream_key(u) != stream_key(stream)) others.push_back(u);
+    pending_frees_.reserve(pending_frees_.size() + 1);  // so that queueing it below cannot fail
+    c->pending = true;                                  // a second free of it is refused from here on
+  }
+  Fences fences;
+  try {
+    fences.reserve(others.size());
+    for (gpumem_stream_t other : others) fences.push_back(order_->record(other));
+  } catch (...) {
+    for (auto f : fences) order_->release(f);
+    std::lock_guard<SpinLock> lock(mutex_);
+    c->pending = false;  // still the caller's, as before the call
+    throw;
+  }
   std::lock_guard<SpinLock> lock(mutex_);
-  const auto it = chunks_.find(reinterpret_cast<uintptr_t>(p));
-  if (it == chunks_.end() || !it->second->in_use)
-    fail(GPUMEM_ERROR_NOT_OWNED, "%p was not allocated by this pool, or is freed already (out-of-pool memory)", p);
-  Chunk* c = it->second;
   --live_count_;
   stats_.on_free(c->size, c->requested);
+  pending_bytes_ += c->size;
+  delete c->uses;
+  c->uses = nullptr;
+  pending_frees_.push_back(Pending{c, std::move(fences)});
+}
+
+void Pool::finish_free(Chunk* c, bool undo) {
+  if (!c->pending) {
+    --live_count_;
+    stats_.on_free(c->size, c->requested);
+    if (undo) {  // the allocation never reached its caller: it counts as neither
+      --stats_.allocs;
+      --stats_.frees;
+    }
+  } else {
+    pending_bytes_ -= c->size;
+  }
+  delete c->uses;
+  c->uses = nullptr;
   c->in_use = false;
+  c->pending = false;
   Arena& arena = *c->arena;
   bool merged = false;
   if (Chunk* n = c->next; n && !n->in_use) {
@@ -391,10 +479,126 @@ void Pool::do_deallocate(void* p, gpumem_stream_t) {
   insert_free(arena, c, merged ? size_class(c->size) : c->cls);
 }
 
+bool Pool::settle_pending(bool wait) {
+  // One settler at a time: the fences it asks about stay unreleased until it is done. Frees may
+  // still queue new pending chunks meanwhile; they wait for the next settler.
+  std::lock_guard<std::mutex> settling(settle_mutex_);
+  std::vector<Pending> snapshot;
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    if (pending_frees_.empty()) return false;
+    snapshot = pending_frees_;
+  }
+  std::vector<Chunk*> done;
+  done.reserve(snapshot.size());
+  std::exception_ptr failure;
+  for (const Pending& p : snapshot) {  // the driver is asked outside the pool's lock
+    bool complete = true;
+    try {
+      for (auto f : p.fences) {
+        if (wait) order_->synchronize(f);
+        if (!order_->query(f)) complete = false;
+      }
+    } catch (...) {
+      if (!failure) failure = std::current_exception();
+      complete = false;
+    }
+    if (complete) done.push_back(p.chunk);
+  }
+  Fences finished;
+  size_t fence_count = 0;
+  for (const Pending& p : snapshot) fence_count += p.fences.size();
+  finished.reserve(fence_count);  // so that nothing below, under the lock, can throw
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    for (Chunk* c : done) {
+      for (size_t i = 0; i < pending_frees_.size(); ++i) {
+        if (pending_frees_[i].chunk != c) continue;
+        finished.insert(finished.end(), pending_frees_[i].fences.begin(), pending_frees_[i].fences.end());
+        pending_frees_[i] = std::move(pending_frees_.back());
+        pending_frees_.pop_back();
+        finish_free(c, false);
+        break;
+      }
+    }
+  }
+  for (auto f : finished) order_->release(f);
+  if (failure) std::rethrow_exception(failure);
+  return !done.empty();
+}
+
+Pool::Chunk* Pool::take_from_other_stream(Arena& own, size_t rounded, Arena*& source) {
+  for (auto& other : arenas_) {
+    // Another thread's per-thread default stream cannot be named from this thread to fence it.
+    if (other.get() == &own || other->unfenceable || other->stream == GPUMEM_STREAM_PER_THREAD) continue;
+    if (Chunk* c = take(*other, rounded)) {
+      source = other.get();
+      return c;
+    }
+  }
+  return nullptr;
+}
+
+void* Pool::take_across(Arena& own, size_t rounded, size_t size, gpumem_stream_t stream) {
+  // The per-thread default stream is kept to its own memory: a chunk it took could not be fenced
+  // from the thread that frees it.
+  if (!order_ || stream == GPUMEM_STREAM_PER_THREAD) return nullptr;
+  Arena* source = nullptr;
+  void* p = nullptr;
+  StreamReuse reuse;
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    reuse = reuse_;
+    if (reuse == StreamReuse::kNever) return nullptr;
+    Chunk* c = take_from_other_stream(own, rounded, source);
+    if (!c) return nullptr;
+    p = hand_out(c, size, stream);
+  }
+  // Everything the source stream did with the memory was queued there before now.
+  alloc::StreamOrder::Fence fence = nullptr;
+  try {
+    fence = order_->record(source->stream);
+    if (reuse == StreamReuse::kHostWait)
+      order_->synchronize(fence);
+    else
+      order_->wait(stream, fence);
+  } catch (const Error&) {
+    if (fence) order_->release(fence);
+    std::lock_guard<SpinLock> lock(mutex_);
+    if (!fence) source->unfenceable = true;  // its stream is gone: lend none of its memory again
+    finish_free(chunks_.at(reinterpret_cast<uintptr_t>(p)), true);
+    return nullptr;
+  }
+  order_->release(fence);
+  return p;
+}
+
+void Pool::set_stream_reuse(StreamReuse reuse) {
+  std::lock_guard<SpinLock> lock(mutex_);
+  reuse_ = reuse;
+}
+
+void Pool::record_stream(void* p, gpumem_stream_t stream) {
+  if (stream == GPUMEM_STREAM_PER_THREAD)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT,
+         "the per-thread default stream names another stream on every thread, so the free could not fence it; "
+         "record the stream's handle or use another stream");
+  std::lock_guard<SpinLock> lock(mutex_);
+  const auto it = chunks_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == chunks_.end() || !it->second->in_use || it->second->pending)
+    fail(GPUMEM_ERROR_NOT_OWNED, "%p is not a live allocation of this pool", p);
+  Chunk* c = it->second;
+  if (!order_ || stream_key(stream) == c->arena->key) return;  // nothing to fence
+  if (!c->uses) c->uses = new std::vector<gpumem_stream_t>;
+  for (gpumem_stream_t u : *c->uses)
+    if (stream_key(u) == stream_key(stream)) return;
+  c->uses->push_back(stream);
+}
+
 void Pool::sizes_of(void* p, size_t& size, size_t& mem_size) {
   std::lock_guard<SpinLock> lock(mutex_);
   const auto it = chunks_.find(reinterpret_cast<uintptr_t>(p));
-  const bool live = it != chunks_.end() && it->second->in_use;
+  const bool live = it != chunks_.end() && it->second->in_use && !it->second->pending;
   size = live ? it->second->requested : 0;
   mem_size = live ? it->second->size : 0;
 }
@@ -467,6 +671,7 @@ Info Pool::info() {
   i.total = stats_.reserved;
   i.limit = limit_;
   i.arenas = static_cast<uint32_t>(arenas_.size());
+  i.pending = pending_bytes_;
   for (auto& arena : arenas_) {
     i.free += arena->free_bytes;
     i.free_blocks += arena->free_blocks;
@@ -491,9 +696,12 @@ void Pool::free_all_live() {
     std::lock_guard<SpinLock> lock(mutex_);
     live.reserve(live_count_);
     for (const auto& [ptr, chunk] : chunks_)
-      if (chunk->in_use) live.push_back(ptr);
+      if (chunk->in_use && !chunk->pending) live.push_back(ptr);
   }
-  for (uintptr_t p : live) do_deallocate(reinterpret_cast<void*>(p), nullptr);
+  for (uintptr_t p : live) {
+    std::lock_guard<SpinLock> lock(mutex_);
+    finish_free(chunks_.at(p), false);  // forced: no stream's work counts any more
+  }
 }
 
 void Pool::check_invariants() {
@@ -521,15 +729,21 @@ void Pool::check_invariants() {
     if (blocks != arena->free_blocks || bytes_free != arena->free_bytes) broken("an arena's free counts are wrong");
     free_total += bytes_free;
   }
-  uint64_t live = 0, free_chunks = 0, walked = 0;
+  uint64_t live = 0, free_chunks = 0, walked = 0, pending_total = 0, pending_chunks = 0;
   for (const auto& [ptr, c] : chunks_) {
     if (c->ptr != ptr) broken("the chunk map disagrees with its chunk");
-    if (c->in_use) {
+    if (c->pending) {
+      if (!c->in_use) broken("a pending chunk is not kept from merging");
+      if (c->uses) broken("a pending chunk still lists streams");
+      pending_total += c->size;
+      ++pending_chunks;
+    } else if (c->in_use) {
       if (c->cls != size_class(c->size)) broken("a chunk in use has a stale size class");
       ++live;
       used_total += c->size;
       requested_total += c->requested;
     } else {
+      if (c->uses) broken("a free chunk lists streams");
       ++free_chunks;
     }
     if (!c->prev) starts.push_back(c);
@@ -555,7 +769,10 @@ void Pool::check_invariants() {
   if (used_total != stats_.in_use) broken("bytes in use disagree with the statistics");
   if (requested_total != stats_.requested) broken("bytes requested disagree with the statistics");
   if (block_total != stats_.reserved) broken("bytes held disagree with the upstream blocks");
-  if (free_total + used_total != stats_.reserved) broken("used and free do not add up to the total");
+  if (pending_chunks != pending_frees_.size() || pending_total != pending_bytes_)
+    broken("the pending frees disagree with their chunks");
+  if (free_total + used_total + pending_total != stats_.reserved)
+    broken("used, free and pending do not add up to the total");
 }
 
 }  // namespace gpumem::pool

@@ -6,30 +6,43 @@
 
 #include <array>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "alloc/allocator.hpp"
+#include "alloc/stream_order.hpp"
 
 namespace gpumem::pool {
 
 // Sizes are rounded to this many bytes, and blocks are taken from the upstream at that size.
 constexpr size_t kRound = 512;
 
+// Whether an allocation may take memory another stream freed, when its own stream's arena has
+// none that fits: never (CuPy's pools), with its stream waiting on a fence (no host wait), or
+// after the host waits for the fence.
+enum class StreamReuse { kNever, kFenceWait, kHostWait };
+
 struct Info {
   uint64_t used = 0, free = 0, total = 0, free_blocks = 0, limit = 0;
+  uint64_t pending = 0;  // freed, waiting for other streams' work before it can be handed out
   uint32_t arenas = 0;
 };
 
 class Pool final : public alloc::Allocator {
  public:
-  // upstream is retained for the pool's life; limit 0 is none.
-  Pool(alloc::Allocator* upstream, uint64_t limit);
+  // upstream is retained for the pool's life; limit 0 is none. order orders memory between streams
+  // (NULL: none, for memory no stream's work touches; reuse across streams is then never done).
+  Pool(alloc::Allocator* upstream, uint64_t limit, alloc::StreamOrder* order = nullptr);
   ~Pool() override;
 
   // Returns free whole blocks to the upstream: the stream's arena, or all of them.
   void release(gpumem_stream_t stream, bool all_streams);
   Info info();
   void set_limit(uint64_t limit);
+  void set_stream_reuse(StreamReuse reuse);
+  // Marks a live allocation as used on another stream too (PyTorch's record_stream): its free is
+  // then fenced on that stream before the memory is handed out again.
+  void record_stream(void* p, gpumem_stream_t stream);
   alloc::Allocator* upstream() const { return upstream_; }
 
   void live(uint64_t& count, uint64_t& bytes) override;
@@ -50,15 +63,31 @@ class Pool final : public alloc::Allocator {
  private:
   struct Chunk;
   struct Arena;
+  using Fences = std::vector<alloc::StreamOrder::Fence>;
   struct Block {  // a whole upstream block, to be returned
     uintptr_t ptr;
     size_t size;
     Arena* arena;
   };
+  // A chunk freed while other streams' work may still use it: free once its fences complete.
+  struct Pending {
+    Chunk* chunk;
+    Fences fences;
+  };
 
   Arena& arena_for(gpumem_stream_t stream);   // under mutex_
   Chunk* take(Arena& arena, size_t rounded);  // under mutex_: a free chunk of at least rounded, split to fit
-  void* hand_out(Chunk* chunk, size_t size);  // under mutex_
+  void* hand_out(Chunk* chunk, size_t size, gpumem_stream_t stream);  // under mutex_
+  // Puts a chunk that was in use into its arena's free lists, merging it with free neighbours;
+  // undo takes back a hand_out that did not reach the caller. Under mutex_; cannot fail.
+  void finish_free(Chunk* chunk, bool undo);
+  // Moves pending frees whose fences have completed to the free lists; with wait, the host waits
+  // for every pending fence first. Calls the driver outside mutex_. True if any moved.
+  bool settle_pending(bool wait);
+  // An allocation from another stream's arena, ordered after that stream's work; NULL if none fits.
+  void* take_across(Arena& own, size_t rounded, size_t size, gpumem_stream_t stream);
+  // A free chunk that fits from an arena other than own that can be fenced; under mutex_.
+  Chunk* take_from_other_stream(Arena& own, size_t rounded, Arena*& source);
   void insert_free(Arena& arena, Chunk* chunk, int size_class);
   void remove_free(Arena& arena, Chunk* chunk);
   Chunk* new_chunk();
@@ -72,12 +101,17 @@ class Pool final : public alloc::Allocator {
   [[noreturn]] void fail_out_of_memory(size_t size, size_t rounded, const std::string& why);
 
   alloc::Allocator* const upstream_;
+  alloc::StreamOrder* const order_;
+  StreamReuse reuse_ = StreamReuse::kNever;
   uint64_t limit_;
   uint64_t pending_ = 0;  // bytes being taken from the upstream right now, counted against the limit
   // Every chunk, free or in use, by address: a chunk enters when a block arrives or is split and
   // leaves when it is merged or returned, so a cached allocation and its free touch no map entry.
   tsl::robin_map<uintptr_t, Chunk*, alloc::AddressHash> chunks_;
   uint64_t live_count_ = 0;
+  std::vector<Pending> pending_frees_;
+  std::mutex settle_mutex_;  // held by settle_pending() across its driver calls; not on any fast path
+  uint64_t pending_bytes_ = 0;
   std::vector<std::unique_ptr<Arena>> arenas_;
   Arena* last_arena_ = nullptr;  // most streams use one arena over and over
   std::vector<std::unique_ptr<Chunk[]>> chunk_slabs_;
