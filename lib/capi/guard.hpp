@@ -31,20 +31,28 @@ gpumem_status_t guard(Body&& body) noexcept {
 // A struct_size beyond this is garbage, not a struct from a newer gpumem.
 constexpr size_t kMaxStructSize = 65536;
 
+inline void refuse_oversized(size_t struct_size, size_t own, const char* name) {
+  if (struct_size > kMaxStructSize)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s->struct_size is %zu, more than any gpumem struct; set it to sizeof (%zu)",
+         name, struct_size, own);
+}
+
+// Every struct is at its first released size, so struct_size must be at least this library's.
+inline void refuse_undersized(size_t struct_size, size_t own, const char* name) {
+  if (struct_size < own)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s->struct_size is %zu; set it to sizeof (%zu)", name, struct_size, own);
+}
+
 // Checks a caller's output struct and clears all of it but struct_size, as far as struct_size
-// says it reaches: fields of a newer gpumem that this library does not know read as zero. Every
-// struct is at its first released size, so struct_size must be at least that.
+// says it reaches: fields of a newer gpumem that this library does not know read as zero.
 template <class T>
 T& out_struct(T* out, const char* name) {
   require_out(out, name);
   const size_t struct_size = out->struct_size;
-  if (struct_size > kMaxStructSize)
-    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s->struct_size is %zu, more than any gpumem struct; set it to sizeof (%zu)",
-         name, struct_size, sizeof(T));
+  refuse_oversized(struct_size, sizeof(T), name);
   const size_t head = sizeof out->struct_size;
   if (struct_size > head) std::memset(reinterpret_cast<char*>(out) + head, 0, struct_size - head);
-  if (struct_size < sizeof(T))
-    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s->struct_size is %zu; set it to sizeof (%zu)", name, struct_size, sizeof(T));
+  refuse_undersized(struct_size, sizeof(T), name);
   return *out;
 }
 
@@ -61,12 +69,8 @@ void fill_struct(T* out, const char* name, Fill&& fill) {
 template <class T>
 const T& in_struct(const T* in, const char* name) {
   if (!in) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s is NULL", name);
-  if (in->struct_size > kMaxStructSize)
-    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s->struct_size is %zu, more than any gpumem struct; set it to sizeof (%zu)",
-         name, in->struct_size, sizeof(T));
-  if (in->struct_size < sizeof(T))
-    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s->struct_size is %zu; set it to sizeof (%zu)", name, in->struct_size,
-         sizeof(T));
+  refuse_oversized(in->struct_size, sizeof(T), name);
+  refuse_undersized(in->struct_size, sizeof(T), name);
   return *in;
 }
 

@@ -24,6 +24,12 @@ constexpr Format kFormats[] = {
     {GPUMEM_FORMAT_F32, CU_AD_FORMAT_FLOAT, "f32", 4},
 };
 
+const Format* find_format(int32_t format) {
+  for (const Format& f : kFormats)
+    if (f.format == format) return &f;
+  return nullptr;
+}
+
 // Handles are looked up here before use, so a foreign or destroyed handle is an error, not a crash.
 struct Registry {
   std::mutex mutex;
@@ -57,9 +63,7 @@ void require_extent(const char* name, size_t value, int limit, int rank, int dev
 }  // namespace
 
 gpumem_array_t* array_create(const gpumem_array_desc_t& desc) {
-  const Format* fmt = nullptr;
-  for (const Format& f : kFormats)
-    if (f.format == desc.format) fmt = &f;
+  const Format* fmt = find_format(desc.format);
   if (!fmt)
     fail(GPUMEM_ERROR_INVALID_ARGUMENT, "unknown array format %d (expected GPUMEM_FORMAT_*, 1 to 8)", desc.format);
   if (desc.channels != 1 && desc.channels != 2 && desc.channels != 4)
@@ -165,13 +169,11 @@ ArrayRef array_lookup(const gpumem_array_t* array) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   require_live(array);
-  size_t bytes = 0;
-  for (const Format& f : kFormats)
-    if (f.format == array->desc.format) bytes = f.bytes;
-  if (!bytes)
+  const Format* fmt = find_format(array->desc.format);
+  if (!fmt)
     fail(GPUMEM_ERROR_INTERNAL, "array %p has format %d, which gpumem does not know", static_cast<const void*>(array),
          array->desc.format);
-  return {array->handle, array->context, array->desc, bytes * array->desc.channels};
+  return {array->handle, array->context, array->desc, fmt->bytes * array->desc.channels};
 }
 
 }  // namespace gpumem::memory

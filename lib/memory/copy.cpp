@@ -108,9 +108,7 @@ void copy(void* dst, const void* src, size_t size, CUstream stream, bool async) 
                                      reinterpret_cast<void*>(at_dst), describe_kind(piece_to).c_str()));
     done += n;
   }
-  // A copy into host memory has ended when cuMemcpy returns; one into device memory may not have.
-  if (!async && (to.memory_type == GPUMEM_MEMORY_DEVICE || to.memory_type == GPUMEM_MEMORY_MANAGED))
-    wait_legacy_stream("waiting for the copy");
+  if (!async && copy_lands_later(to)) wait_legacy_stream("waiting for the copy");
 }
 
 }  // namespace gpumem::memory

@@ -261,10 +261,7 @@ void copy3d(CopyRegion r, CUstream stream, bool async) {
     driver::throw_result(result, format("%dD copy of %s x %s x %s bytes from %s to %s", r.rank,
                                         grouped(r.width).c_str(), grouped(r.height).c_str(), grouped(r.depth).c_str(),
                                         describe_side(s).c_str(), describe_side(d).c_str()));
-  // A copy into host memory has ended when the driver returns; one into the device may not have.
-  if (!async &&
-      (d.is_array || d.info.memory_type == GPUMEM_MEMORY_DEVICE || d.info.memory_type == GPUMEM_MEMORY_MANAGED))
-    wait_legacy_stream("waiting for the copy");
+  if (!async && (d.is_array || copy_lands_later(d.info))) wait_legacy_stream("waiting for the copy");
 }
 
 }  // namespace gpumem::memory

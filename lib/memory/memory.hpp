@@ -32,6 +32,11 @@ std::string describe_kind(const PointerInfo& info);
 CUcontext context_of(const PointerInfo& info);
 // The context for work on memory queued on a stream: the stream's, else the memory's.
 CUcontext context_for(CUstream stream, const PointerInfo& info);
+// Whether the driver may return from a synchronous copy into this memory before the copy has
+// landed: it has then to be waited for. A copy into host memory has ended when the driver returns.
+inline bool copy_lands_later(const PointerInfo& dst) {
+  return dst.memory_type == GPUMEM_MEMORY_DEVICE || dst.memory_type == GPUMEM_MEMORY_MANAGED;
+}
 // Throws GPUMEM_ERROR_INVALID_POINTER if [p, p + size) runs past the end of its allocation.
 void require_within_allocation(const void* p, size_t size, const PointerInfo& info, const char* role);
 

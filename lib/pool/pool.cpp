@@ -456,24 +456,24 @@ void Pool::finish_free(Chunk* c, bool undo) {
   c->in_use = false;
   c->pending = false;
   Arena& arena = *c->arena;
+  // keep takes in its next neighbour gone, which leaves the block.
+  const auto absorb = [this](Chunk* keep, Chunk* gone) {
+    keep->size += gone->size;
+    keep->next = gone->next;
+    if (keep->next) keep->next->prev = keep;
+    chunks_.erase(gone->ptr);
+    delete_chunk(gone);
+  };
   bool merged = false;
   if (Chunk* n = c->next; n && !n->in_use) {
     merged = true;
     remove_free(arena, n);
-    c->size += n->size;
-    c->next = n->next;
-    if (c->next) c->next->prev = c;
-    chunks_.erase(n->ptr);
-    delete_chunk(n);
+    absorb(c, n);
   }
   if (Chunk* pv = c->prev; pv && !pv->in_use) {
     merged = true;
     remove_free(arena, pv);
-    pv->size += c->size;
-    pv->next = c->next;
-    if (pv->next) pv->next->prev = pv;
-    chunks_.erase(c->ptr);
-    delete_chunk(c);
+    absorb(pv, c);
     c = pv;
   }
   insert_free(arena, c, merged ? size_class(c->size) : c->cls);
