@@ -434,7 +434,6 @@ void Pool::do_deallocate(void* p, gpumem_stream_t stream) {
   std::lock_guard<SpinLock> lock(mutex_);
   --live_count_;
   stats_.on_free(c->size, c->requested);
-  pending_bytes_ += c->size;
   delete c->uses;
   c->uses = nullptr;
   pending_frees_.push_back(Pending{c, std::move(fences)});
@@ -448,8 +447,6 @@ void Pool::finish_free(Chunk* c, bool undo) {
       --stats_.allocs;
       --stats_.frees;
     }
-  } else {
-    pending_bytes_ -= c->size;
   }
   delete c->uses;
   c->uses = nullptr;
@@ -671,7 +668,7 @@ Info Pool::info() {
   i.total = stats_.reserved;
   i.limit = limit_;
   i.arenas = static_cast<uint32_t>(arenas_.size());
-  i.pending = pending_bytes_;
+  for (const Pending& p : pending_frees_) i.pending += p.chunk->size;
   for (auto& arena : arenas_) {
     i.free += arena->free_bytes;
     i.free_blocks += arena->free_blocks;
@@ -769,8 +766,7 @@ void Pool::check_invariants() {
   if (used_total != stats_.in_use) broken("bytes in use disagree with the statistics");
   if (requested_total != stats_.requested) broken("bytes requested disagree with the statistics");
   if (block_total != stats_.reserved) broken("bytes held disagree with the upstream blocks");
-  if (pending_chunks != pending_frees_.size() || pending_total != pending_bytes_)
-    broken("the pending frees disagree with their chunks");
+  if (pending_chunks != pending_frees_.size()) broken("the pending frees disagree with their chunks");
   if (free_total + used_total + pending_total != stats_.reserved)
     broken("used, free and pending do not add up to the total");
 }

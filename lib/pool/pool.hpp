@@ -111,7 +111,6 @@ class Pool final : public alloc::Allocator {
   uint64_t live_count_ = 0;
   std::vector<Pending> pending_frees_;
   std::mutex settle_mutex_;  // held by settle_pending() across its driver calls; not on any fast path
-  uint64_t pending_bytes_ = 0;
   std::vector<std::unique_ptr<Arena>> arenas_;
   Arena* last_arena_ = nullptr;  // most streams use one arena over and over
   std::vector<std::unique_ptr<Chunk[]>> chunk_slabs_;
