@@ -174,6 +174,56 @@ GPUMEM_API gpumem_status_t gpumem_pool_set_limit(gpumem_allocator_t* pool, uint6
 GPUMEM_API gpumem_status_t gpumem_pool_set_limit_fraction(gpumem_allocator_t* pool, double fraction);
 
 /**
+ * @brief Whether a pool lends one stream's free memory to an allocation on another stream whose
+ *        own arena has none that fits, rather than growing. @since 0.2.0
+ */
+enum gpumem_stream_reuse {
+  GPUMEM_STREAM_REUSE_NEVER = 0,    /**< Never: each stream keeps its memory (CuPy's pools). */
+  GPUMEM_STREAM_REUSE_FENCE = 1,    /**< The allocating stream waits on an event recorded on the
+                                         lending stream; the host does not wait. The default. */
+  GPUMEM_STREAM_REUSE_HOST_WAIT = 2 /**< The host waits for that event before the memory is handed out. */
+};
+
+/**
+ * @brief Sets whether a pool lends free memory across streams (::gpumem_stream_reuse).
+ *
+ * A pool over memory that no stream's work touches (plain host memory, or a caller's functions)
+ * never lends it: it has no events to order streams by, and the setting is kept for nothing.
+ * The per-thread default stream neither lends nor borrows: it names another stream on each thread.
+ * @param[in] pool The pool.
+ * @param[in] reuse One of ::gpumem_stream_reuse.
+ * @retval GPUMEM_SUCCESS
+ * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p reuse is not one of ::gpumem_stream_reuse.
+ * @retval GPUMEM_ERROR_INVALID_HANDLE @p pool is not a live pool.
+ * @par Thread safety
+ * Thread-safe: any thread, concurrently, including on the same handle.
+ * @since 0.2.0
+ */
+GPUMEM_API gpumem_status_t gpumem_pool_set_stream_reuse(gpumem_allocator_t* pool, int32_t reuse);
+
+/**
+ * @brief Marks a live allocation of a pool as used on another stream too (PyTorch's
+ *        `record_stream`): when it is freed, the pool hands it out again only once the work queued
+ *        on that stream until the free has ended, checked by an event, with no host wait.
+ *
+ * A free on a stream other than the allocation's is fenced the same way without this call. On a
+ * pool over memory no stream's work touches (plain host memory, a caller's functions), only
+ * @p ptr is checked.
+ * @param[in] pool The pool that handed out @p ptr.
+ * @param[in] ptr A live allocation of @p pool.
+ * @param[in] stream The other stream; not ::GPUMEM_STREAM_PER_THREAD, which names another stream on
+ *            each thread.
+ * @retval GPUMEM_SUCCESS
+ * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p stream is ::GPUMEM_STREAM_PER_THREAD.
+ * @retval GPUMEM_ERROR_NOT_OWNED @p ptr is not a live allocation of @p pool.
+ * @retval GPUMEM_ERROR_INVALID_HANDLE @p pool is not a live pool.
+ * @par Thread safety
+ * Thread-safe: any thread, concurrently, including on the same handle.
+ * @since 0.2.0
+ */
+GPUMEM_API gpumem_status_t gpumem_pool_record_stream(gpumem_allocator_t* pool, void* ptr, gpumem_stream_t stream);
+
+/**
  * @brief Registers a reclaim callback, run by every pool that runs out of memory.
  * @param[in] reclaim The callback; not NULL.
  * @param[in] user_data Passed to it.

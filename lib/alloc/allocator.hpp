@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "alloc/stream_order.hpp"
 #include "core/error.hpp"
 #include "core/spin_lock.hpp"
 #include "gpumem/allocator.h"
@@ -92,6 +93,10 @@ class Allocator : public gpumem_allocator_s {
   int users() const { return users_.load(std::memory_order_relaxed); }
   bool permanent() const { return permanent_; }
   void make_permanent() { permanent_ = true; }
+
+  // How the GPU's streams' work on this allocator's memory is ordered; NULL for memory no stream's
+  // work touches (plain host memory). A pool built on it fences its frees with it.
+  virtual StreamOrder* stream_order() { return nullptr; }
 
   // Live allocations, for destroy's refusal: count and bytes.
   virtual void live(uint64_t& count, uint64_t& bytes) = 0;

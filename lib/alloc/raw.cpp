@@ -1,5 +1,7 @@
 #include "alloc/raw.hpp"
 
+#include "alloc/cuda_stream_order.hpp"
+
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -95,6 +97,7 @@ namespace {
 class DeviceAllocator final : public RawAllocator {
  public:
   explicit DeviceAllocator(int device) : RawAllocator(device, "device") {}
+  StreamOrder* stream_order() override { return cuda_stream_order(device()); }
 
  protected:
   void* raw_alloc(size_t size, gpumem_stream_t) override { return memory::device_alloc(device(), size); }
@@ -105,6 +108,7 @@ class DeviceAsyncAllocator final : public RawAllocator {
  public:
   DeviceAsyncAllocator(int device, gpumem_cuda_pool_t pool)
       : RawAllocator(device, "stream-ordered device"), pool_(pool) {}
+  StreamOrder* stream_order() override { return cuda_stream_order(device()); }
 
  protected:
   void* raw_alloc(size_t size, gpumem_stream_t stream) override {
@@ -120,6 +124,7 @@ class DeviceAsyncAllocator final : public RawAllocator {
 class ManagedAllocator final : public RawAllocator {
  public:
   ManagedAllocator(int device, unsigned flags) : RawAllocator(device, "managed"), flags_(flags) {}
+  StreamOrder* stream_order() override { return cuda_stream_order(device()); }
 
  protected:
   void* raw_alloc(size_t size, gpumem_stream_t) override { return memory::managed_alloc(device(), size, flags_); }
@@ -132,6 +137,8 @@ class ManagedAllocator final : public RawAllocator {
 class PinnedAllocator final : public RawAllocator {
  public:
   explicit PinnedAllocator(unsigned flags) : RawAllocator(-1, "pinned host"), flags_(flags) {}
+  // Copies on the GPU's streams read and write it too.
+  StreamOrder* stream_order() override { return cuda_stream_order(-1); }
 
  protected:
   void* raw_alloc(size_t size, gpumem_stream_t) override { return memory::host_alloc(size, flags_); }

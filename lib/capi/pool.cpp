@@ -107,6 +107,21 @@ GPUMEM_API gpumem_status_t gpumem_pool_set_limit_fraction(gpumem_allocator_t* po
   });
 }
 
+GPUMEM_API gpumem_status_t gpumem_pool_set_stream_reuse(gpumem_allocator_t* pool, int32_t reuse) {
+  return guard([&] {
+    Pool* p = pool_from(pool);
+    if (reuse < GPUMEM_STREAM_REUSE_NEVER || reuse > GPUMEM_STREAM_REUSE_HOST_WAIT)
+      fail(GPUMEM_ERROR_INVALID_ARGUMENT, "stream reuse %d is not one of GPUMEM_STREAM_REUSE_* (0 to 2)", reuse);
+    p->set_stream_reuse(reuse == GPUMEM_STREAM_REUSE_NEVER   ? gpumem::pool::StreamReuse::kNever
+                        : reuse == GPUMEM_STREAM_REUSE_FENCE ? gpumem::pool::StreamReuse::kFenceWait
+                                                             : gpumem::pool::StreamReuse::kHostWait);
+  });
+}
+
+GPUMEM_API gpumem_status_t gpumem_pool_record_stream(gpumem_allocator_t* pool, void* ptr, gpumem_stream_t stream) {
+  return guard([&] { pool_from(pool)->record_stream(ptr, stream); });
+}
+
 GPUMEM_API gpumem_status_t gpumem_reclaim_add(gpumem_reclaim_fn reclaim, void* user_data, uint64_t* out_id) {
   return guard([&] {
     require_out(out_id, "out_id");

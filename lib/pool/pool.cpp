@@ -81,8 +81,14 @@ struct Pool::Arena {
 
 void Pool::set_reclaim_runner(ReclaimRunner runner) { reclaim_runner.store(runner); }
 
+Pool::Pool(alloc::Allocator* upstream, uint64_t limit) : Pool(upstream, limit, upstream->stream_order()) {}
+
 Pool::Pool(alloc::Allocator* upstream, uint64_t limit, alloc::StreamOrder* order)
-    : alloc::Allocator(upstream->device(), "pool"), upstream_(upstream), order_(order), limit_(limit) {
+    : alloc::Allocator(upstream->device(), "pool"),
+      upstream_(upstream),
+      order_(order),
+      reuse_(order ? StreamReuse::kFenceWait : StreamReuse::kNever),
+      limit_(limit) {
   upstream_->retain();
 }
 

@@ -30,9 +30,11 @@ struct Info {
 
 class Pool final : public alloc::Allocator {
  public:
-  // upstream is retained for the pool's life; limit 0 is none. order orders memory between streams
-  // (NULL: none, for memory no stream's work touches; reuse across streams is then never done).
-  Pool(alloc::Allocator* upstream, uint64_t limit, alloc::StreamOrder* order = nullptr);
+  // upstream is retained for the pool's life; limit 0 is none. Memory is ordered between streams
+  // by the upstream's stream order (none: memory no stream's work touches), or by order for tests.
+  // With an order, reuse across streams is by fence (kFenceWait) until set otherwise.
+  Pool(alloc::Allocator* upstream, uint64_t limit);
+  Pool(alloc::Allocator* upstream, uint64_t limit, alloc::StreamOrder* order);
   ~Pool() override;
 
   // Returns free whole blocks to the upstream: the stream's arena, or all of them.
@@ -47,6 +49,7 @@ class Pool final : public alloc::Allocator {
 
   void live(uint64_t& count, uint64_t& bytes) override;
   void free_all_live() override;
+  alloc::StreamOrder* stream_order() override { return order_; }
   // Checks every invariant of the pool's structures; throws GPUMEM_ERROR_INTERNAL naming the first
   // broken one. For tests and the fuzzer: it walks everything.
   void check_invariants();
@@ -102,7 +105,7 @@ class Pool final : public alloc::Allocator {
 
   alloc::Allocator* const upstream_;
   alloc::StreamOrder* const order_;
-  StreamReuse reuse_ = StreamReuse::kNever;
+  StreamReuse reuse_;
   uint64_t limit_;
   uint64_t pending_ = 0;  // bytes being taken from the upstream right now, counted against the limit
   // Every chunk, free or in use, by address: a chunk enters when a block arrives or is split and

@@ -531,6 +531,11 @@ static CUresult CUDAAPI fake_cuEventQuery(CUevent event) {
   REQUIRE_INIT();
   return CUDA_ERROR_INVALID_HANDLE;
 }
+static CUresult CUDAAPI fake_cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
+  (void)stream, (void)event, (void)flags;
+  REQUIRE_CONTEXT();
+  return CUDA_ERROR_INVALID_HANDLE;
+}
 static CUresult CUDAAPI fake_cuEventDestroy(CUevent event) {
   (void)event;
   REQUIRE_INIT();

@@ -408,6 +408,34 @@ static void test_pool_release_all_streams(void** state) {
   assert_int_equal(stats_of(f->pool).upstream_free_count, 3);
 }
 
+/* Memory no stream's work touches: the setting is taken, frees on other streams are not fenced,
+ * and a recorded stream changes nothing; bad input is refused all the same. */
+static void test_pool_stream_reuse_and_record_stream_on_host_memory(void** state) {
+  struct fixture* f = *state;
+  assert_ok(gpumem_pool_set_stream_reuse(f->pool, GPUMEM_STREAM_REUSE_NEVER));
+  assert_ok(gpumem_pool_set_stream_reuse(f->pool, GPUMEM_STREAM_REUSE_HOST_WAIT));
+  assert_ok(gpumem_pool_set_stream_reuse(f->pool, GPUMEM_STREAM_REUSE_FENCE));
+  assert_status(gpumem_pool_set_stream_reuse(f->pool, 3), GPUMEM_ERROR_INVALID_ARGUMENT);
+  assert_detail_contains("stream reuse 3");
+  assert_status(gpumem_pool_set_stream_reuse(f->host, GPUMEM_STREAM_REUSE_NEVER), GPUMEM_ERROR_INVALID_HANDLE);
+  assert_detail_contains("not a pool");
+
+  void* p = NULL;
+  assert_ok(gpumem_alloc(f->pool, 1000, STREAM_A, &p));
+  assert_status(gpumem_pool_record_stream(f->pool, p, GPUMEM_STREAM_PER_THREAD), GPUMEM_ERROR_INVALID_ARGUMENT);
+  assert_detail_contains("per-thread default stream");
+  assert_status(gpumem_pool_record_stream(f->pool, (char*)p + 512, STREAM_B), GPUMEM_ERROR_NOT_OWNED);
+  assert_status(gpumem_pool_record_stream(f->host, p, STREAM_B), GPUMEM_ERROR_INVALID_HANDLE);
+  assert_ok(gpumem_pool_record_stream(f->pool, p, STREAM_B));
+  assert_ok(gpumem_free(f->pool, p, STREAM_B));
+  void* q = NULL;
+  assert_ok(gpumem_alloc(f->pool, 1000, STREAM_A, &q));
+  assert_ptr_equal(q, p); /* not held back: nothing to wait for */
+  assert_status(gpumem_pool_record_stream(f->pool, p, STREAM_B), GPUMEM_SUCCESS);
+  assert_ok(gpumem_free(f->pool, q, STREAM_A));
+  assert_status(gpumem_pool_record_stream(f->pool, p, STREAM_B), GPUMEM_ERROR_NOT_OWNED);
+}
+
 static void test_pool_release_unknown_flags(void** state) {
   struct fixture* f = *state;
   void *pa, *pb, *pn;
@@ -744,6 +772,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_pool_release_one_stream, setup, teardown),
       cmocka_unit_test_setup_teardown(test_pool_release_all_streams, setup, teardown),
       cmocka_unit_test_setup_teardown(test_pool_release_unknown_flags, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_pool_stream_reuse_and_record_stream_on_host_memory, setup, teardown),
       cmocka_unit_test_setup_teardown(test_pool_free_not_owned, setup, teardown),
       cmocka_unit_test_setup_teardown(test_pool_destroy_with_live_allocations_busy, setup, teardown),
       cmocka_unit_test_setup_teardown(test_pool_destroy_force_returns_everything, setup, teardown),
