@@ -116,7 +116,9 @@ GPUMEM_API gpumem_status_t gpumem_pool_get_device(int32_t device, gpumem_allocat
 
 /**
  * @brief Returns cached memory to the upstream (CuPy's `free_all_blocks`): the free blocks that
- *        are whole upstream blocks, of one stream's arena or of all. Split blocks stay.
+ *        are whole upstream blocks, of one stream's arena or of all. Split blocks stay. Frees
+ *        pending on other streams' work are settled first if that work is done; the host does not
+ *        wait for work still running.
  * @param[in] pool The pool.
  * @param[in] stream The stream whose arena to release; ignored with ::GPUMEM_POOL_RELEASE_ALL_STREAMS.
  * @param[in] flags 0 or ::GPUMEM_POOL_RELEASE_ALL_STREAMS.
@@ -124,7 +126,8 @@ GPUMEM_API gpumem_status_t gpumem_pool_get_device(int32_t device, gpumem_allocat
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p flags has an unknown bit.
  * @retval GPUMEM_ERROR_INVALID_HANDLE @p pool is not a live pool.
  * @retval GPUMEM_ERROR_DRIVER The upstream failed to free a block, which stays cached (a caller's
- *         upstream may fail with its own status instead); the other blocks are still returned.
+ *         upstream may fail with its own status instead), or an event of a pending free could not
+ *         be queried (its memory stays pending); the other blocks are still returned.
  * @retval GPUMEM_ERROR_OUT_OF_MEMORY No host memory to list the blocks; nothing is returned.
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.

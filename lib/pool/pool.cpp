@@ -656,6 +656,15 @@ void Pool::give_back(std::vector<Block>& blocks) {
 }
 
 void Pool::release(gpumem_stream_t stream, bool all_streams) {
+  // Frees whose other streams have finished are free memory to the caller, so they go back too;
+  // the host does not wait for the others. A fence the driver cannot answer for keeps its chunk
+  // pending and is reported after the rest is returned.
+  std::exception_ptr unsettled;
+  try {
+    settle_pending(false);
+  } catch (const Error&) {
+    unsettled = std::current_exception();
+  }
   std::vector<Block> blocks;
   {
     std::lock_guard<SpinLock> lock(mutex_);
@@ -665,6 +674,7 @@ void Pool::release(gpumem_stream_t stream, bool all_streams) {
       if (all_streams || arena->key == key) collect_whole_blocks(*arena, blocks);
   }
   give_back(blocks);
+  if (unsettled) std::rethrow_exception(unsettled);
 }
 
 Info Pool::info() {

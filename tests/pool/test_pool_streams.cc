@@ -281,9 +281,15 @@ void release_and_destroy_with_pending_frees() {
     s.free(p, kS2);
     s.pool->release(nullptr, true);
     CHECK(s.reserved() == 8192);  // still pending: not given back
+    CHECK(s.order.host_waits == 0);
     s.pool->check_invariants();
-  }  // the pool's destruction waits for the fence and releases it (FakeOrder aborts otherwise)
-  Setup s;
+    s.order.finish(kS2);
+    s.pool->release(nullptr, true);
+    CHECK(s.reserved() == 0);  // the work ended: settled and given back
+    CHECK(s.order.live.empty() && s.order.host_waits == 0);
+    s.pool->check_invariants();
+  }
+  Setup s;  // the pool's destruction waits for the fence and releases it (FakeOrder aborts otherwise)
   void* p = s.alloc(8192, kS1);
   s.order.work(kS2);
   s.free(p, kS2);
