@@ -25,6 +25,10 @@ void Allocator::refuse(gpumem_allocator_t* handle) {
        static_cast<void*>(handle));
 }
 
+void Allocator::set_peer_access(int peer_device, bool) {
+  fail(GPUMEM_ERROR_NOT_SUPPORTED, "the %s allocator's memory cannot be opened to device %d", kind_, peer_device);
+}
+
 void* Allocator::allocate(size_t size, gpumem_stream_t stream) {
   if (!hooked(GPUMEM_HOOK_MALLOC_PRE | GPUMEM_HOOK_MALLOC_POST)) {
     size_t mem_size = 0;

@@ -98,6 +98,10 @@ class Allocator : public gpumem_allocator_s {
   // work touches (plain host memory). A pool built on it fences its frees with it.
   virtual StreamOrder* stream_order() { return nullptr; }
 
+  // Lets peer_device's kernels and copies reach this allocator's memory, or stops it. Kinds whose
+  // memory cannot be shared that way refuse with GPUMEM_ERROR_NOT_SUPPORTED.
+  virtual void set_peer_access(int peer_device, bool enable);
+
   // Live allocations, for destroy's refusal: count and bytes.
   virtual void live(uint64_t& count, uint64_t& bytes) = 0;
   // Frees every live allocation (destroy_force).

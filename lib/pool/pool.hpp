@@ -50,6 +50,8 @@ class Pool final : public alloc::Allocator {
   void live(uint64_t& count, uint64_t& bytes) override;
   void free_all_live() override;
   alloc::StreamOrder* stream_order() override { return order_; }
+  // The pool's memory is its upstream's.
+  void set_peer_access(int peer_device, bool enable) override { upstream_->set_peer_access(peer_device, enable); }
   // Checks every invariant of the pool's structures; throws GPUMEM_ERROR_INTERNAL naming the first
   // broken one. For tests and the fuzzer: it walks everything.
   void check_invariants();
