@@ -82,8 +82,8 @@ class Allocator : public gpumem_allocator_s {
   void* allocate(size_t size, gpumem_stream_t stream);
   void deallocate(void* p, gpumem_stream_t stream);
 
-  Stats stats();
-  void reset_peaks();
+  virtual Stats stats();
+  virtual void reset_peaks();
   uint64_t add_hook(uint32_t events, gpumem_hook_fn fn, void* user_data);
   void remove_hook(uint64_t id);
 

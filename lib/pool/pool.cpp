@@ -37,6 +37,14 @@ uintptr_t stream_key(gpumem_stream_t stream) {
   return value;
 }
 
+// With several arenas in use at once, an arena publishes a drop in its bytes in use only past this
+// many bytes, so that threads allocating and freeing on their own streams do not all write one
+// counter; the peak may then be over-stated by up to this much per arena.
+constexpr uint64_t kPublishSlack = uint64_t{16} << 20;
+
+// The thread's identity for last_publisher_.
+thread_local char publisher_tag;
+
 }  // namespace
 
 struct Pool::Chunk {
@@ -55,16 +63,27 @@ struct Pool::Chunk {
   bool pending;                        // freed, waiting for fences in pending_frees_
 };
 
-struct Pool::Arena {
+// Aligned to a cache line so that one thread's arena shares no line with another's.
+struct alignas(64) Pool::Arena {
   Arena(uintptr_t k, gpumem_stream_t s) : key(k), stream(s) {}
-  uintptr_t key;
-  gpumem_stream_t stream;
+  const uintptr_t key;
+  const gpumem_stream_t stream;
+  SpinLock lock;  // guards everything below
   uint64_t summary = 0;  // bit w set: words[w] is not 0
   std::array<uint64_t, kWords> words{};
   std::array<Chunk*, kClasses> heads{};
   uint64_t free_blocks = 0;
   uint64_t free_bytes = 0;
   bool unfenceable = false;  // recording on its stream failed (destroyed by its owner): lend nothing
+  // Every chunk of the arena's blocks, free or in use, by address: a chunk enters when a block
+  // arrives or is split and leaves when it is merged or returned, so a cached allocation and its
+  // free touch no map entry.
+  tsl::robin_map<uintptr_t, Chunk*, alloc::AddressHash> chunks;
+  std::vector<std::unique_ptr<Chunk[]>> chunk_slabs;
+  Chunk* spare_chunks = nullptr;
+  // What was handed out from the arena's blocks and not yet freed.
+  uint64_t in_use = 0, requested = 0, live = 0, allocs = 0, frees = 0;
+  uint64_t published = 0;  // in_use as last added to the pool's published_in_use_
 
   // The first non-empty class at or above c, or -1.
   int find_from(int c) const {
@@ -79,6 +98,17 @@ struct Pool::Arena {
   }
 };
 
+// Arenas by key, open addressing, read without a lock: a slot is written once, under mutex_, and a
+// full table is replaced by a copy twice its size while readers may still use the old one.
+struct Pool::ArenaTable {
+  explicit ArenaTable(size_t capacity) : mask(capacity - 1), slots(new std::atomic<Arena*>[capacity]) {
+    for (size_t i = 0; i < capacity; ++i) slots[i].store(nullptr, std::memory_order_relaxed);
+  }
+  const size_t mask;
+  const std::unique_ptr<std::atomic<Arena*>[]> slots;
+  size_t used = 0;
+};
+
 void Pool::set_reclaim_runner(ReclaimRunner runner) { reclaim_runner.store(runner); }
 
 Pool::Pool(alloc::Allocator* upstream, uint64_t limit) : Pool(upstream, limit, upstream->stream_order()) {}
@@ -89,6 +119,8 @@ Pool::Pool(alloc::Allocator* upstream, uint64_t limit, alloc::StreamOrder* order
       order_(order),
       reuse_(order ? StreamReuse::kFenceWait : StreamReuse::kNever),
       limit_(limit) {
+  tables_.push_back(std::make_unique<ArenaTable>(16));
+  table_.store(tables_.back().get(), std::memory_order_release);
   upstream_->retain();
 }
 
@@ -98,52 +130,114 @@ Pool::~Pool() {
   } catch (...) {
     // A fence that cannot be waited for keeps its chunk; its block stays with the upstream.
   }
-  std::vector<Block> blocks;
-  {
-    std::lock_guard<SpinLock> lock(mutex_);
-    reserve_blocks(blocks, nullptr, true);
-    for (auto& arena : arenas_) collect_whole_blocks(*arena, blocks);
-  }
   try {
-    give_back(blocks);
+    return_cached_blocks(nullptr);
   } catch (...) {
     // The upstream refused some blocks back; nothing more can be done for them now.
   }
   upstream_->unretain();
 }
 
-Pool::Chunk* Pool::new_chunk() {
-  if (!spare_chunks_) {
+Pool::Chunk* Pool::new_chunk(Arena& arena) {
+  if (!arena.spare_chunks) {
     constexpr size_t kSlab = 256;
     auto slab = std::make_unique<Chunk[]>(kSlab);
-    chunk_slabs_.reserve(chunk_slabs_.size() + 1);
+    arena.chunk_slabs.reserve(arena.chunk_slabs.size() + 1);
     for (size_t i = 0; i < kSlab; ++i) {
-      slab[i].free_next = spare_chunks_;
-      spare_chunks_ = &slab[i];
+      slab[i].free_next = arena.spare_chunks;
+      arena.spare_chunks = &slab[i];
     }
-    chunk_slabs_.push_back(std::move(slab));
+    arena.chunk_slabs.push_back(std::move(slab));
   }
-  Chunk* c = spare_chunks_;
-  spare_chunks_ = c->free_next;
+  Chunk* c = arena.spare_chunks;
+  arena.spare_chunks = c->free_next;
   std::memset(static_cast<void*>(c), 0, sizeof *c);
+  c->arena = &arena;
   return c;
 }
 
-void Pool::delete_chunk(Chunk* c) {
-  c->free_next = spare_chunks_;
-  spare_chunks_ = c;
+void Pool::delete_chunk(Arena& arena, Chunk* c) {
+  c->free_next = arena.spare_chunks;
+  arena.spare_chunks = c;
+}
+
+Pool::Arena* Pool::find_arena(uintptr_t key) const {
+  const ArenaTable* t = table_.load(std::memory_order_acquire);
+  for (size_t i = alloc::AddressHash{}(key) & t->mask;; i = (i + 1) & t->mask) {
+    Arena* a = t->slots[i].load(std::memory_order_acquire);
+    if (!a || a->key == key) return a;
+  }
 }
 
 Pool::Arena& Pool::arena_for(gpumem_stream_t stream) {
-  // The per-thread stream's key differs by thread, so only other streams can skip the key.
-  if (last_arena_ && stream == last_arena_->stream && stream != GPUMEM_STREAM_PER_THREAD) return *last_arena_;
   const uintptr_t key = stream_key(stream);
-  if (last_arena_ && last_arena_->key == key) return *last_arena_;
-  for (auto& arena : arenas_)
-    if (arena->key == key) return *(last_arena_ = arena.get());
+  if (Arena* a = find_arena(key)) return *a;
+  std::lock_guard<SpinLock> lock(mutex_);
+  if (Arena* a = find_arena(key)) return *a;  // another thread made it meanwhile
+  ArenaTable* t = table_.load(std::memory_order_relaxed);
+  // Everything that can fail comes first: a failed call leaves no half-made arena.
   arenas_.reserve(arenas_.size() + 1);
-  arenas_.push_back(std::make_unique<Arena>(key, stream));
-  return *(last_arena_ = arenas_.back().get());
+  auto arena = std::make_unique<Arena>(key, stream);
+  if (2 * (t->used + 1) > t->mask + 1) {  // keep the table at most half full
+    tables_.reserve(tables_.size() + 1);
+    auto bigger = std::make_unique<ArenaTable>(2 * (t->mask + 1));
+    for (auto& a : arenas_) {
+      size_t i = alloc::AddressHash{}(a->key) & bigger->mask;
+      while (bigger->slots[i].load(std::memory_order_relaxed)) i = (i + 1) & bigger->mask;
+      bigger->slots[i].store(a.get(), std::memory_order_relaxed);
+    }
+    bigger->used = t->used;
+    t = bigger.get();
+    tables_.push_back(std::move(bigger));
+    table_.store(t, std::memory_order_release);
+  }
+  if (!arenas_.empty() && !several_arenas_.load(std::memory_order_relaxed)) {
+    // From now on a single thread's frees publish at once (see publish()), so the lone arena's
+    // count must be exact first.
+    std::lock_guard<SpinLock> first(arenas_.front()->lock);
+    several_arenas_.store(true, std::memory_order_relaxed);
+    publish(*arenas_.front());
+  }
+  Arena* a = arena.get();
+  arenas_.push_back(std::move(arena));
+  size_t i = alloc::AddressHash{}(key) & t->mask;
+  while (t->slots[i].load(std::memory_order_relaxed)) i = (i + 1) & t->mask;
+  t->slots[i].store(a, std::memory_order_release);
+  ++t->used;
+  return *a;
+}
+
+std::vector<Pool::Arena*> Pool::all_arenas() {
+  std::vector<Arena*> out;
+  std::lock_guard<SpinLock> lock(mutex_);
+  out.reserve(arenas_.size());
+  for (auto& a : arenas_) out.push_back(a.get());
+  return out;
+}
+
+Pool::Chunk* Pool::find_live(uintptr_t p, Arena* hint, ArenaLock& lock) {
+  const auto not_owned = [p] [[noreturn]] {
+    fail(GPUMEM_ERROR_NOT_OWNED, "%p was not allocated by this pool, or is freed already (out-of-pool memory)",
+         reinterpret_cast<void*>(p));
+  };
+  const auto look = [&](Arena* a) -> Chunk* {
+    lock = ArenaLock(a->lock);
+    const auto it = a->chunks.find(p);
+    if (it != a->chunks.end()) {
+      if (it->second->in_use && !it->second->pending) return it->second;
+      lock.unlock();
+      not_owned();
+    }
+    lock.unlock();
+    return nullptr;
+  };
+  if (hint)
+    if (Chunk* c = look(hint)) return c;
+  // Memory freed on another stream than the one it came from, or asked about without a stream.
+  for (Arena* a : all_arenas())
+    if (a != hint)
+      if (Chunk* c = look(a)) return c;
+  not_owned();
 }
 
 void Pool::insert_free(Arena& arena, Chunk* c, int cls) {
@@ -198,12 +292,12 @@ Pool::Chunk* Pool::take(Arena& arena, size_t rounded) {
   }
   Chunk* rest = nullptr;
   if (best->size > rounded) {  // the remainder is made and registered before any change: both may throw
-    rest = new_chunk();
+    rest = new_chunk(arena);
     rest->ptr = best->ptr + rounded;
     try {
-      chunks_.emplace(rest->ptr, rest);
+      arena.chunks.emplace(rest->ptr, rest);
     } catch (...) {
-      delete_chunk(rest);
+      delete_chunk(arena, rest);
       throw;
     }
   }
@@ -213,7 +307,6 @@ Pool::Chunk* Pool::take(Arena& arena, size_t rounded) {
     rest->prev = best;
     rest->next = best->next;
     if (rest->next) rest->next->prev = rest;
-    rest->arena = &arena;
     best->next = rest;
     best->size = rounded;
     insert_free(arena, rest, size_class(rest->size));
@@ -222,12 +315,47 @@ Pool::Chunk* Pool::take(Arena& arena, size_t rounded) {
   return best;
 }
 
+// The peak of bytes in use without a counter that every thread writes on every call: each arena
+// adds to published_in_use_ only when its bytes in use rise above what it last published, and
+// takes away when they fall well below it, or at once while one thread allocates alone. The sum
+// is never below the bytes in use, so the peak taken from it is never below the true one; with
+// one thread at a time it is exact, and with several at once over by at most kPublishSlack for
+// each arena that was in use.
+void Pool::publish(Arena& a) {
+  const uint64_t delta = a.in_use - a.published;  // wraps for a drop: the atomic add wraps back
+  a.published = a.in_use;
+  const uint64_t total = published_in_use_.fetch_add(delta, std::memory_order_relaxed) + delta;
+  if (last_publisher_.load(std::memory_order_relaxed) != &publisher_tag)
+    last_publisher_.store(&publisher_tag, std::memory_order_relaxed);
+  uint64_t peak = peak_in_use_.load(std::memory_order_relaxed);
+  while (total > peak && !peak_in_use_.compare_exchange_weak(peak, total, std::memory_order_relaxed)) {
+  }
+}
+
+void Pool::on_alloc(Arena& a, uint64_t mem_size, uint64_t asked) {
+  a.in_use += mem_size;
+  a.requested += asked;
+  ++a.live;
+  ++a.allocs;
+  if (a.in_use > a.published) publish(a);
+}
+
+void Pool::on_free(Arena& a, uint64_t mem_size, uint64_t asked) {
+  a.in_use -= mem_size;
+  a.requested -= asked;
+  --a.live;
+  ++a.frees;
+  if (a.published - a.in_use > kPublishSlack ||
+      (several_arenas_.load(std::memory_order_relaxed) &&
+       last_publisher_.load(std::memory_order_relaxed) == &publisher_tag))
+    publish(a);
+}
+
 void* Pool::hand_out(Chunk* c, size_t size, gpumem_stream_t stream) {
   c->in_use = true;
   c->stream = stream;
   c->requested = size;
-  ++live_count_;
-  stats_.on_alloc(c->size, size);
+  on_alloc(*c->arena, c->size, size);
   return reinterpret_cast<void*>(c->ptr);
 }
 
@@ -236,16 +364,18 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
     fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s overflows rounding to %zu bytes", bytes(size).c_str(), kRound);
   const size_t rounded = (size + kRound - 1) / kRound * kRound;
   mem_size = rounded;
-  Arena* arena;
-  bool has_pending;
+  Arena& arena = arena_for(stream);
   {
-    std::lock_guard<SpinLock> lock(mutex_);
-    arena = &arena_for(stream);
-    if (Chunk* c = take(*arena, rounded)) return hand_out(c, size, stream);
-    has_pending = !pending_frees_.empty();
+    std::lock_guard<SpinLock> lock(arena.lock);
+    if (Chunk* c = take(arena, rounded)) return hand_out(c, size, stream);
   }
   // The slow path: frees whose other streams have finished, then another stream's free memory,
   // before the upstream.
+  bool has_pending;
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    has_pending = !pending_frees_.empty();
+  }
   bool settled = false;
   try {
     settled = has_pending && settle_pending(false);
@@ -253,10 +383,10 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
     // A fence the driver could not answer for keeps its chunk pending; this allocation goes on.
   }
   if (settled) {
-    std::lock_guard<SpinLock> lock(mutex_);
-    if (Chunk* c = take(*arena, rounded)) return hand_out(c, size, stream);
+    std::lock_guard<SpinLock> lock(arena.lock);
+    if (Chunk* c = take(arena, rounded)) return hand_out(c, size, stream);
   }
-  if (void* p = take_across(*arena, rounded, size, stream)) return p;
+  if (void* p = take_across(arena, rounded, size, stream)) return p;
   bool beyond_limit;
   {
     std::lock_guard<SpinLock> lock(mutex_);
@@ -278,15 +408,12 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
       } catch (const Error&) {
         // A fence that cannot be waited for keeps its chunk pending; the retry goes on.
       }
-      std::vector<Block> blocks;
       {
         std::lock_guard<SpinLock> lock(mutex_);
         ++stats_.retries;
-        reserve_blocks(blocks, nullptr, true);
-        for (auto& a : arenas_) collect_whole_blocks(*a, blocks);
       }
       try {
-        give_back(blocks);
+        return_cached_blocks(nullptr);
       } catch (const Error&) {
         // What the upstream would not take back stays cached; the retry goes on regardless.
       }
@@ -301,8 +428,8 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
       runner(device(), size);
     }
     if (attempt > 0) {
-      std::lock_guard<SpinLock> lock(mutex_);
-      if (Chunk* c = take(*arena, rounded)) return hand_out(c, size, stream);
+      std::lock_guard<SpinLock> lock(arena.lock);
+      if (Chunk* c = take(arena, rounded)) return hand_out(c, size, stream);
     }
     bool over_limit = false;
     try {
@@ -322,25 +449,27 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
                                       : "; after returning cached blocks"));
 }
 
-void* Pool::grow(Arena*& arena, size_t size, size_t rounded, gpumem_stream_t stream, bool& over_limit) {
+void* Pool::grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, bool& over_limit) {
   {
     std::lock_guard<SpinLock> lock(mutex_);
-    if (limit_ && (stats_.reserved + pending_ + rounded > limit_ || rounded > limit_)) {
+    if (limit_ && (stats_.reserved + growing_ + rounded > limit_ || rounded > limit_)) {
       over_limit = true;
       return nullptr;
     }
-    pending_ += rounded;
+    growing_ += rounded;
   }
+  const auto done_growing = [&](bool reserved) {
+    std::lock_guard<SpinLock> lock(mutex_);
+    growing_ -= rounded;
+    if (reserved) stats_.on_reserve(rounded);
+  };
   if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE))
     run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE, rounded, rounded, nullptr, stream, GPUMEM_SUCCESS);
   void* block = nullptr;
   try {
     block = upstream_->allocate(rounded, stream);
   } catch (...) {
-    {
-      std::lock_guard<SpinLock> lock(mutex_);
-      pending_ -= rounded;
-    }
+    done_growing(false);
     gpumem_status_t status = GPUMEM_ERROR_OUT_OF_MEMORY;  // what a bad_alloc means
     try {
       throw;
@@ -354,37 +483,40 @@ void* Pool::grow(Arena*& arena, size_t size, size_t rounded, gpumem_stream_t str
   }
   if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_POST))
     run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_POST, rounded, rounded, block, stream, GPUMEM_SUCCESS);
-  std::unique_lock<SpinLock> lock(mutex_);
-  pending_ -= rounded;
+  ArenaLock lock(arena.lock);
   Chunk* c = nullptr;
   try {
-    c = new_chunk();
-    if (!chunks_.emplace(reinterpret_cast<uintptr_t>(block), c).second) {
-      delete_chunk(c);
+    c = new_chunk(arena);
+    if (!arena.chunks.emplace(reinterpret_cast<uintptr_t>(block), c).second) {
+      delete_chunk(arena, c);
       lock.unlock();
+      done_growing(false);
       fail(GPUMEM_ERROR_INTERNAL, "the upstream %s allocator returned %p, which the pool already holds",
            upstream_->kind(), block);
     }
+  } catch (const Error&) {
+    throw;  // the duplicate above: the block is not the pool's to give back
   } catch (...) {
-    if (c) delete_chunk(c);
+    if (c) delete_chunk(arena, c);
     lock.unlock();
+    done_growing(false);
     upstream_->deallocate(block, stream);
     throw;
   }
-  stats_.on_reserve(rounded);
   c->ptr = reinterpret_cast<uintptr_t>(block);
   c->size = rounded;
   c->cls = size_class(rounded);
-  c->arena = arena;
-  return hand_out(c, size, stream);
+  void* p = hand_out(c, size, stream);
+  lock.unlock();
+  done_growing(true);
+  return p;
 }
 
 void Pool::fail_out_of_memory(size_t size, size_t rounded, const std::string& why) {
-  alloc::Stats s;
+  const alloc::Stats s = stats();
   uint64_t limit;
   {
     std::lock_guard<SpinLock> lock(mutex_);
-    s = stats_;
     limit = limit_;
   }
   const std::string where = device() >= 0 ? format("on device %d", device()) : std::string("of host memory");
@@ -397,75 +529,66 @@ void Pool::fail_out_of_memory(size_t size, size_t rounded, const std::string& wh
 }
 
 void Pool::do_deallocate(void* p, gpumem_stream_t stream) {
-  std::vector<gpumem_stream_t> others;  // streams whose work may still use the memory
-  Chunk* c;
-  {
-    std::lock_guard<SpinLock> lock(mutex_);
-    const auto it = chunks_.find(reinterpret_cast<uintptr_t>(p));
-    if (it == chunks_.end() || !it->second->in_use || it->second->pending)
-      fail(GPUMEM_ERROR_NOT_OWNED, "%p was not allocated by this pool, or is freed already (out-of-pool memory)", p);
-    c = it->second;
-    const Arena& arena = *c->arena;
-    // Work on the arena's own stream runs in order before its next user's: only other streams'
-    // work needs a fence. Memory no stream's work touches (no order_) needs none.
-    if (!order_) {
-      finish_free(c, false);
-      return;
-    }
-    const bool foreign_free = stream_key(stream) != arena.key;
-    // Handed out across streams. Never so on the per-thread stream, which only its arena uses.
-    const bool foreign_alloc = c->stream != GPUMEM_STREAM_PER_THREAD && stream_key(c->stream) != arena.key;
-    if (!foreign_free && !foreign_alloc && !c->uses) {
-      finish_free(c, false);
-      return;
-    }
-    if (foreign_free) others.push_back(stream);
-    if (foreign_alloc && stream_key(c->stream) != stream_key(stream)) others.push_back(c->stream);
-    if (c->uses)
-      for (gpumem_stream_t u : *c->uses)
-        if (stream_key(u) != arena.key && stream_key(u) != stream_key(stream)) others.push_back(u);
-    pending_frees_.reserve(pending_frees_.size() + 1);  // so that queueing it below cannot fail
-    c->pending = true;                                  // a second free of it is refused from here on
+  ArenaLock lock;
+  Chunk* c = find_live(reinterpret_cast<uintptr_t>(p), find_arena(stream_key(stream)), lock);
+  Arena& arena = *c->arena;
+  // Work on the arena's own stream runs in order before its next user's: only other streams'
+  // work needs a fence. Memory no stream's work touches (no order_) needs none.
+  const bool foreign_free = order_ && stream_key(stream) != arena.key;
+  // Handed out across streams. Never so on the per-thread stream, which only its arena uses.
+  const bool foreign_alloc =
+      order_ && c->stream != GPUMEM_STREAM_PER_THREAD && stream_key(c->stream) != arena.key;
+  if (!foreign_free && !foreign_alloc && !(order_ && c->uses)) {
+    finish_free(c, false);
+    return;
   }
+  std::vector<gpumem_stream_t> others;  // streams whose work may still use the memory
+  if (foreign_free) others.push_back(stream);
+  if (foreign_alloc && stream_key(c->stream) != stream_key(stream)) others.push_back(c->stream);
+  if (c->uses)
+    for (gpumem_stream_t u : *c->uses)
+      if (stream_key(u) != arena.key && stream_key(u) != stream_key(stream)) others.push_back(u);
+  c->pending = true;  // a second free of it is refused from here on
+  lock.unlock();
   Fences fences;
   try {
     fences.reserve(others.size());
     for (gpumem_stream_t other : others) fences.push_back(order_->record(other));
+    std::lock_guard<SpinLock> shared(mutex_);
+    pending_frees_.push_back(Pending{c, std::move(fences)});
+    // Counted as freed before a settler, which needs mutex_ to see it, can finish it.
+    std::lock_guard<SpinLock> own(arena.lock);
+    on_free(arena, c->size, c->requested);
+    delete c->uses;
+    c->uses = nullptr;
   } catch (...) {
     for (auto f : fences) order_->release(f);
-    std::lock_guard<SpinLock> lock(mutex_);
+    std::lock_guard<SpinLock> own(arena.lock);
     c->pending = false;  // still the caller's, as before the call
     throw;
   }
-  std::lock_guard<SpinLock> lock(mutex_);
-  --live_count_;
-  stats_.on_free(c->size, c->requested);
-  delete c->uses;
-  c->uses = nullptr;
-  pending_frees_.push_back(Pending{c, std::move(fences)});
 }
 
 void Pool::finish_free(Chunk* c, bool undo) {
+  Arena& arena = *c->arena;
   if (!c->pending) {
-    --live_count_;
-    stats_.on_free(c->size, c->requested);
+    on_free(arena, c->size, c->requested);
     if (undo) {  // the allocation never reached its caller: it counts as neither
-      --stats_.allocs;
-      --stats_.frees;
+      --arena.allocs;
+      --arena.frees;
     }
   }
   delete c->uses;
   c->uses = nullptr;
   c->in_use = false;
   c->pending = false;
-  Arena& arena = *c->arena;
   // keep takes in its next neighbour gone, which leaves the block.
-  const auto absorb = [this](Chunk* keep, Chunk* gone) {
+  const auto absorb = [&](Chunk* keep, Chunk* gone) {
     keep->size += gone->size;
     keep->next = gone->next;
     if (keep->next) keep->next->prev = keep;
-    chunks_.erase(gone->ptr);
-    delete_chunk(gone);
+    arena.chunks.erase(gone->ptr);
+    delete_chunk(arena, gone);
   };
   bool merged = false;
   if (Chunk* n = c->next; n && !n->in_use) {
@@ -495,7 +618,7 @@ bool Pool::settle_pending(bool wait) {
   std::vector<Chunk*> done;
   done.reserve(snapshot.size());
   std::exception_ptr failure;
-  for (const Pending& p : snapshot) {  // the driver is asked outside the pool's lock
+  for (const Pending& p : snapshot) {  // the driver is asked outside the pool's locks
     bool complete = true;
     try {
       for (auto f : p.fences) {
@@ -511,7 +634,7 @@ bool Pool::settle_pending(bool wait) {
   Fences finished;
   size_t fence_count = 0;
   for (const Pending& p : snapshot) fence_count += p.fences.size();
-  finished.reserve(fence_count);  // so that nothing below, under the lock, can throw
+  finished.reserve(fence_count);  // so that nothing below, under the locks, can throw
   {
     std::lock_guard<SpinLock> lock(mutex_);
     for (Chunk* c : done) {
@@ -520,6 +643,7 @@ bool Pool::settle_pending(bool wait) {
         finished.insert(finished.end(), pending_frees_[i].fences.begin(), pending_frees_[i].fences.end());
         pending_frees_[i] = std::move(pending_frees_.back());
         pending_frees_.pop_back();
+        std::lock_guard<SpinLock> own(c->arena->lock);
         finish_free(c, false);
         break;
       }
@@ -530,33 +654,27 @@ bool Pool::settle_pending(bool wait) {
   return !done.empty();
 }
 
-Pool::Chunk* Pool::take_from_other_stream(Arena& own, size_t rounded, Arena*& source) {
-  for (auto& other : arenas_) {
-    // Another thread's per-thread default stream cannot be named from this thread to fence it.
-    if (other.get() == &own || other->unfenceable || other->stream == GPUMEM_STREAM_PER_THREAD) continue;
-    if (Chunk* c = take(*other, rounded)) {
-      source = other.get();
-      return c;
-    }
-  }
-  return nullptr;
-}
-
 void* Pool::take_across(Arena& own, size_t rounded, size_t size, gpumem_stream_t stream) {
   // The per-thread default stream is kept to its own memory: a chunk it took could not be fenced
   // from the thread that frees it.
   if (!order_ || stream == GPUMEM_STREAM_PER_THREAD) return nullptr;
+  const StreamReuse reuse = reuse_.load(std::memory_order_relaxed);
+  if (reuse == StreamReuse::kNever) return nullptr;
   Arena* source = nullptr;
+  Chunk* c = nullptr;
   void* p = nullptr;
-  StreamReuse reuse;
-  {
-    std::lock_guard<SpinLock> lock(mutex_);
-    reuse = reuse_;
-    if (reuse == StreamReuse::kNever) return nullptr;
-    Chunk* c = take_from_other_stream(own, rounded, source);
-    if (!c) return nullptr;
-    p = hand_out(c, size, stream);
+  for (Arena* other : all_arenas()) {
+    // Another thread's per-thread default stream cannot be named from this thread to fence it.
+    if (other == &own || other->stream == GPUMEM_STREAM_PER_THREAD) continue;
+    std::lock_guard<SpinLock> lock(other->lock);
+    if (other->unfenceable) continue;
+    if ((c = take(*other, rounded))) {
+      source = other;
+      p = hand_out(c, size, stream);
+      break;
+    }
   }
+  if (!p) return nullptr;
   // Everything the source stream did with the memory was queued there before now.
   alloc::StreamOrder::Fence fence = nullptr;
   try {
@@ -567,48 +685,48 @@ void* Pool::take_across(Arena& own, size_t rounded, size_t size, gpumem_stream_t
       order_->wait(stream, fence);
   } catch (const Error&) {
     if (fence) order_->release(fence);
-    std::lock_guard<SpinLock> lock(mutex_);
+    std::lock_guard<SpinLock> lock(source->lock);
     if (!fence) source->unfenceable = true;  // its stream is gone: lend none of its memory again
-    finish_free(chunks_.at(reinterpret_cast<uintptr_t>(p)), true);
+    finish_free(c, true);
     return nullptr;
   }
   order_->release(fence);
   return p;
 }
 
-void Pool::set_stream_reuse(StreamReuse reuse) {
-  std::lock_guard<SpinLock> lock(mutex_);
-  reuse_ = reuse;
-}
+void Pool::set_stream_reuse(StreamReuse reuse) { reuse_.store(reuse, std::memory_order_relaxed); }
 
 void Pool::record_stream(void* p, gpumem_stream_t stream) {
   if (stream == GPUMEM_STREAM_PER_THREAD)
     fail(GPUMEM_ERROR_INVALID_ARGUMENT,
          "the per-thread default stream names another stream on every thread, so the free could not fence it; "
          "record the stream's handle or use another stream");
-  std::lock_guard<SpinLock> lock(mutex_);
-  const auto it = chunks_.find(reinterpret_cast<uintptr_t>(p));
-  if (it == chunks_.end() || !it->second->in_use || it->second->pending)
-    fail(GPUMEM_ERROR_NOT_OWNED, "%p is not a live allocation of this pool", p);
-  Chunk* c = it->second;
+  ArenaLock lock;
+  Chunk* c = find_live(reinterpret_cast<uintptr_t>(p), nullptr, lock);
   if (!order_ || stream_key(stream) == c->arena->key) return;  // nothing to fence
-  if (!c->uses) c->uses = new std::vector<gpumem_stream_t>;
-  for (gpumem_stream_t u : *c->uses)
-    if (stream_key(u) == stream_key(stream)) return;
-  c->uses->push_back(stream);
+  if (c->uses) {
+    for (gpumem_stream_t u : *c->uses)
+      if (stream_key(u) == stream_key(stream)) return;
+    c->uses->push_back(stream);
+  } else {
+    c->uses = new std::vector<gpumem_stream_t>{stream};
+  }
 }
 
 void Pool::sizes_of(void* p, size_t& size, size_t& mem_size) {
-  std::lock_guard<SpinLock> lock(mutex_);
-  const auto it = chunks_.find(reinterpret_cast<uintptr_t>(p));
-  const bool live = it != chunks_.end() && it->second->in_use && !it->second->pending;
-  size = live ? it->second->requested : 0;
-  mem_size = live ? it->second->size : 0;
+  size = mem_size = 0;
+  try {
+    ArenaLock lock;
+    const Chunk* c = find_live(reinterpret_cast<uintptr_t>(p), nullptr, lock);
+    size = c->requested;
+    mem_size = c->size;
+  } catch (const Error&) {
+    // Not a live allocation of this pool: the free that follows says so.
+  }
 }
 
 void Pool::collect_whole_blocks(Arena& arena, std::vector<Block>& out) {
-  // The caller reserved room for every free block of the arenas it collects from, so nothing
-  // below can throw half way.
+  out.reserve(out.size() + arena.free_blocks);  // so that nothing below can throw half way
   for (int w = 0; w < kWords; ++w) {
     for (uint64_t bits = arena.words[w]; bits; bits &= bits - 1) {
       Chunk* c = arena.heads[(w << 6) + __builtin_ctzll(bits)];
@@ -617,20 +735,13 @@ void Pool::collect_whole_blocks(Arena& arena, std::vector<Block>& out) {
         if (!c->prev && !c->next) {
           remove_free(arena, c);
           out.push_back(Block{c->ptr, c->size, &arena});
-          chunks_.erase(c->ptr);
-          delete_chunk(c);
+          arena.chunks.erase(c->ptr);
+          delete_chunk(arena, c);
         }
         c = next;
       }
     }
   }
-}
-
-void Pool::reserve_blocks(std::vector<Block>& blocks, const uintptr_t* key, bool all_streams) {
-  size_t count = 0;
-  for (auto& arena : arenas_)
-    if (all_streams || arena->key == *key) count += arena->free_blocks;
-  blocks.reserve(count);
 }
 
 void Pool::give_back(std::vector<Block>& blocks) {
@@ -643,13 +754,30 @@ void Pool::give_back(std::vector<Block>& blocks) {
     } catch (...) {
       if (!first) first = std::current_exception();
       // Still the pool's: cache it again rather than lose track of it.
-      std::lock_guard<SpinLock> lock(mutex_);
-      Chunk* c = new_chunk();
+      std::lock_guard<SpinLock> lock(b.arena->lock);
+      Chunk* c = new_chunk(*b.arena);
       c->ptr = b.ptr;
       c->size = b.size;
-      c->arena = b.arena;
-      chunks_.emplace(c->ptr, c);
+      b.arena->chunks.emplace(c->ptr, c);
       insert_free(*b.arena, c, size_class(c->size));
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+void Pool::return_cached_blocks(const uintptr_t* key) {
+  std::exception_ptr first;
+  for (Arena* a : all_arenas()) {
+    if (key && a->key != *key) continue;
+    std::vector<Block> blocks;
+    try {
+      {
+        std::lock_guard<SpinLock> lock(a->lock);
+        collect_whole_blocks(*a, blocks);
+      }
+      give_back(blocks);
+    } catch (...) {
+      if (!first) first = std::current_exception();
     }
   }
   if (first) std::rethrow_exception(first);
@@ -665,29 +793,55 @@ void Pool::release(gpumem_stream_t stream, bool all_streams) {
   } catch (const Error&) {
     unsettled = std::current_exception();
   }
-  std::vector<Block> blocks;
-  {
-    std::lock_guard<SpinLock> lock(mutex_);
-    const uintptr_t key = stream_key(stream);
-    reserve_blocks(blocks, &key, all_streams);
-    for (auto& arena : arenas_)
-      if (all_streams || arena->key == key) collect_whole_blocks(*arena, blocks);
-  }
-  give_back(blocks);
+  const uintptr_t key = stream_key(stream);
+  return_cached_blocks(all_streams ? nullptr : &key);
   if (unsettled) std::rethrow_exception(unsettled);
 }
 
-Info Pool::info() {
+alloc::Stats Pool::stats() {
+  alloc::Stats s;
+  std::vector<Arena*> arenas;
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    s = stats_;
+    arenas.reserve(arenas_.size());
+    for (auto& a : arenas_) arenas.push_back(a.get());
+  }
+  for (Arena* a : arenas) {
+    std::lock_guard<SpinLock> lock(a->lock);
+    s.in_use += a->in_use;
+    s.requested += a->requested;
+    s.allocs += a->allocs;
+    s.frees += a->frees;
+  }
+  s.peak_in_use = std::max(peak_in_use_.load(std::memory_order_relaxed), s.in_use);
+  return s;
+}
+
+void Pool::reset_peaks() {
   std::lock_guard<SpinLock> lock(mutex_);
+  stats_.peak_reserved = stats_.reserved;
+  uint64_t in_use = 0;
+  for (auto& a : arenas_) {
+    std::lock_guard<SpinLock> own(a->lock);
+    publish(*a);  // exact again, for the new peak to start from
+    in_use += a->in_use;
+  }
+  peak_in_use_.store(in_use, std::memory_order_relaxed);
+}
+
+Info Pool::info() {
   Info i;
-  i.used = stats_.in_use;
+  std::lock_guard<SpinLock> lock(mutex_);
   i.total = stats_.reserved;
   i.limit = limit_;
   i.arenas = static_cast<uint32_t>(arenas_.size());
   for (const Pending& p : pending_frees_) i.pending += p.chunk->size;
-  for (auto& arena : arenas_) {
-    i.free += arena->free_bytes;
-    i.free_blocks += arena->free_blocks;
+  for (auto& a : arenas_) {
+    std::lock_guard<SpinLock> own(a->lock);
+    i.used += a->in_use;
+    i.free += a->free_bytes;
+    i.free_blocks += a->free_blocks;
   }
   return i;
 }
@@ -698,31 +852,38 @@ void Pool::set_limit(uint64_t limit) {
 }
 
 void Pool::live(uint64_t& count, uint64_t& bytes) {
-  std::lock_guard<SpinLock> lock(mutex_);
-  count = live_count_;
-  bytes = stats_.in_use;
+  count = bytes = 0;
+  for (Arena* a : all_arenas()) {
+    std::lock_guard<SpinLock> lock(a->lock);
+    count += a->live;
+    bytes += a->in_use;
+  }
 }
 
 void Pool::free_all_live() {
-  std::vector<uintptr_t> live;
-  {
-    std::lock_guard<SpinLock> lock(mutex_);
-    live.reserve(live_count_);
-    for (const auto& [ptr, chunk] : chunks_)
+  for (Arena* a : all_arenas()) {
+    std::lock_guard<SpinLock> lock(a->lock);
+    std::vector<uintptr_t> live;
+    live.reserve(a->live);
+    for (const auto& [ptr, chunk] : a->chunks)
       if (chunk->in_use && !chunk->pending) live.push_back(ptr);
-  }
-  for (uintptr_t p : live) {
-    std::lock_guard<SpinLock> lock(mutex_);
-    finish_free(chunks_.at(p), false);  // forced: no stream's work counts any more
+    // forced: no stream's work counts any more. Looked up again: merging erases neighbours.
+    for (uintptr_t p : live) finish_free(a->chunks.at(p), false);
   }
 }
 
 void Pool::check_invariants() {
   std::lock_guard<SpinLock> lock(mutex_);
+  std::vector<ArenaLock> locks;  // every arena held at once, for one consistent picture
+  for (auto& a : arenas_) locks.emplace_back(a->lock);
   const auto broken = [](const char* what) { fail(GPUMEM_ERROR_INTERNAL, "pool invariant broken: %s", what); };
-  uint64_t free_total = 0, used_total = 0, requested_total = 0, block_total = 0;
-  std::vector<Chunk*> starts;
+  uint64_t free_total = 0, used_total = 0, block_total = 0, pending_total = 0, pending_chunks = 0;
+  uint64_t published_total = 0, arenas_in_table = 0;
+  const ArenaTable* table = table_.load(std::memory_order_relaxed);
+  for (size_t i = 0; i <= table->mask; ++i) arenas_in_table += table->slots[i].load() != nullptr;
+  if (arenas_in_table != arenas_.size() || table->used != arenas_.size()) broken("the arena table misses an arena");
   for (auto& arena : arenas_) {
+    if (find_arena(arena->key) != arena.get()) broken("an arena cannot be found by its key");
     uint64_t blocks = 0, bytes_free = 0;
     for (int cls = 0; cls < kClasses; ++cls) {
       const bool bit = arena->words[cls >> 6] >> (cls & 63) & 1;
@@ -732,7 +893,8 @@ void Pool::check_invariants() {
         if (c->arena != arena.get()) broken("a free chunk is listed in another arena");
         if (size_class(c->size) != cls) broken("a free chunk is in the wrong class");
         if (c->free_next && c->free_next->free_prev != c) broken("a free list's back link is wrong");
-        if (chunks_.count(c->ptr) == 0 || chunks_.at(c->ptr) != c) broken("a free chunk is not in the chunk map");
+        const auto it = arena->chunks.find(c->ptr);
+        if (it == arena->chunks.end() || it->second != c) broken("a free chunk is not in its arena's chunk map");
         ++blocks;
         bytes_free += c->size;
       }
@@ -741,46 +903,52 @@ void Pool::check_invariants() {
       if (bool(arena->words[w]) != bool(arena->summary >> w & 1)) broken("the summary bitmap disagrees");
     if (blocks != arena->free_blocks || bytes_free != arena->free_bytes) broken("an arena's free counts are wrong");
     free_total += bytes_free;
-  }
-  uint64_t live = 0, free_chunks = 0, walked = 0, pending_total = 0, pending_chunks = 0;
-  for (const auto& [ptr, c] : chunks_) {
-    if (c->ptr != ptr) broken("the chunk map disagrees with its chunk");
-    if (c->pending) {
-      if (!c->in_use) broken("a pending chunk is not kept from merging");
-      if (c->uses) broken("a pending chunk still lists streams");
-      pending_total += c->size;
-      ++pending_chunks;
-    } else if (c->in_use) {
-      if (c->cls != size_class(c->size)) broken("a chunk in use has a stale size class");
-      ++live;
-      used_total += c->size;
-      requested_total += c->requested;
-    } else {
-      if (c->uses) broken("a free chunk lists streams");
-      ++free_chunks;
+    uint64_t live = 0, used = 0, requested = 0, free_chunks = 0, walked = 0;
+    std::vector<Chunk*> starts;
+    for (const auto& [ptr, c] : arena->chunks) {
+      if (c->ptr != ptr) broken("the chunk map disagrees with its chunk");
+      if (c->arena != arena.get()) broken("a chunk is in another arena's map");
+      if (c->pending) {
+        if (!c->in_use) broken("a pending chunk is not kept from merging");
+        if (c->uses) broken("a pending chunk still lists streams");
+        pending_total += c->size;
+        ++pending_chunks;
+      } else if (c->in_use) {
+        if (c->cls != size_class(c->size)) broken("a chunk in use has a stale size class");
+        ++live;
+        used += c->size;
+        requested += c->requested;
+      } else {
+        if (c->uses) broken("a free chunk lists streams");
+        ++free_chunks;
+      }
+      if (!c->prev) starts.push_back(c);
     }
-    if (!c->prev) starts.push_back(c);
-  }
-  uint64_t listed = 0;
-  for (auto& arena : arenas_) listed += arena->free_blocks;
-  if (live != live_count_) broken("the count of live allocations is wrong");
-  if (free_chunks != listed) broken("a free chunk is missing from the free lists");
-  for (Chunk* c : starts) {
-    for (; c; c = c->next) {
-      ++walked;
-      if (c->size == 0 || c->size % kRound) broken("a chunk's size is not a positive multiple of the rounding");
-      block_total += c->size;
-      if (c->next) {
-        if (c->next->prev != c) broken("a block's back link is wrong");
-        if (c->ptr + c->size != c->next->ptr) broken("neighbours in a block are not contiguous");
-        if (!c->in_use && !c->next->in_use) broken("two free neighbours were not merged");
-        if (c->next->arena != c->arena) broken("a block spans two arenas");
+    if (live != arena->live) broken("an arena's count of live allocations is wrong");
+    if (used != arena->in_use) broken("an arena's bytes in use disagree with its chunks");
+    if (requested != arena->requested) broken("an arena's bytes requested disagree with its chunks");
+    if (arena->allocs - arena->frees != live) broken("an arena's allocation and free counts disagree with its chunks");
+    if (free_chunks != arena->free_blocks) broken("a free chunk is missing from the free lists");
+    if (arena->published < arena->in_use) broken("an arena published fewer bytes in use than it has");
+    published_total += arena->published;
+    for (Chunk* c : starts) {
+      for (; c; c = c->next) {
+        ++walked;
+        if (c->size == 0 || c->size % kRound) broken("a chunk's size is not a positive multiple of the rounding");
+        block_total += c->size;
+        if (c->next) {
+          if (c->next->prev != c) broken("a block's back link is wrong");
+          if (c->ptr + c->size != c->next->ptr) broken("neighbours in a block are not contiguous");
+          if (!c->in_use && !c->next->in_use) broken("two free neighbours were not merged");
+          if (c->next->arena != c->arena) broken("a block spans two arenas");
+        }
       }
     }
+    if (walked != arena->chunks.size()) broken("a chunk is in the map but in no block");
+    used_total += used;
   }
-  if (walked != chunks_.size()) broken("a chunk is in the map but in no block");
-  if (used_total != stats_.in_use) broken("bytes in use disagree with the statistics");
-  if (requested_total != stats_.requested) broken("bytes requested disagree with the statistics");
+  if (published_total != published_in_use_.load()) broken("the published bytes in use disagree with the arenas'");
+  if (peak_in_use_.load() < used_total) broken("the peak of bytes in use is below the bytes in use");
   if (block_total != stats_.reserved) broken("bytes held disagree with the upstream blocks");
   if (pending_chunks != pending_frees_.size()) broken("the pending frees disagree with their chunks");
   if (free_total + used_total + pending_total != stats_.reserved)

@@ -5,6 +5,7 @@
 #include <tsl/robin_map.h>
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -28,6 +29,11 @@ struct Info {
   uint32_t arenas = 0;
 };
 
+// Locking: each arena has its own lock over its free lists, its chunks and the counts of what was
+// handed out from it, so threads on different streams never wait for each other on a cached
+// allocation. The pool's mutex_ guards what is shared: the arena list, the upstream's bytes and
+// the limit, and the pending frees. A thread may take an arena's lock while holding mutex_, never
+// the other way round, and never holds either across a call out of the pool.
 class Pool final : public alloc::Allocator {
  public:
   // upstream is retained for the pool's life; limit 0 is none. Memory is ordered between streams
@@ -47,13 +53,15 @@ class Pool final : public alloc::Allocator {
   void record_stream(void* p, gpumem_stream_t stream);
   alloc::Allocator* upstream() const { return upstream_; }
 
+  alloc::Stats stats() override;
+  void reset_peaks() override;
   void live(uint64_t& count, uint64_t& bytes) override;
   void free_all_live() override;
   alloc::StreamOrder* stream_order() override { return order_; }
   // The pool's memory is its upstream's.
   void set_peer_access(int peer_device, bool enable) override { upstream_->set_peer_access(peer_device, enable); }
   // Checks every invariant of the pool's structures; throws GPUMEM_ERROR_INTERNAL naming the first
-  // broken one. For tests and the fuzzer: it walks everything.
+  // broken one. For tests and the fuzzer: it walks everything, and wants no other call running.
   void check_invariants();
 
   // The callbacks run before the last retry of an allocation that found no memory.
@@ -68,6 +76,7 @@ class Pool final : public alloc::Allocator {
  private:
   struct Chunk;
   struct Arena;
+  struct ArenaTable;
   using Fences = std::vector<alloc::StreamOrder::Fence>;
   struct Block {  // a whole upstream block, to be returned
     uintptr_t ptr;
@@ -79,47 +88,59 @@ class Pool final : public alloc::Allocator {
     Chunk* chunk;
     Fences fences;
   };
+  using ArenaLock = std::unique_lock<SpinLock>;
 
-  Arena& arena_for(gpumem_stream_t stream);   // under mutex_
-  Chunk* take(Arena& arena, size_t rounded);  // under mutex_: a free chunk of at least rounded, split to fit
-  void* hand_out(Chunk* chunk, size_t size, gpumem_stream_t stream);  // under mutex_
+  Arena* find_arena(uintptr_t key) const;  // without locks; NULL if the key has none yet
+  Arena& arena_for(gpumem_stream_t stream);
+  // Every arena, in creation order; arenas are never removed, so the list stays valid.
+  std::vector<Arena*> all_arenas();
+  // The live chunk at p, with its arena locked in lock; looks in hint's arena first. Throws
+  // NOT_OWNED.
+  Chunk* find_live(uintptr_t p, Arena* hint, ArenaLock& lock);
+  // Under the arena's lock: a free chunk of at least rounded, split to fit.
+  Chunk* take(Arena& arena, size_t rounded);
+  void* hand_out(Chunk* chunk, size_t size, gpumem_stream_t stream);  // under its arena's lock
   // Puts a chunk that was in use into its arena's free lists, merging it with free neighbours;
-  // undo takes back a hand_out that did not reach the caller. Under mutex_; cannot fail.
+  // undo takes back a hand_out that did not reach the caller. Under the arena's lock; cannot fail.
   void finish_free(Chunk* chunk, bool undo);
   // Moves pending frees whose fences have completed to the free lists; with wait, the host waits
-  // for every pending fence first. Calls the driver outside mutex_. True if any moved.
+  // for every pending fence first. Calls the driver outside the locks. True if any moved.
   bool settle_pending(bool wait);
   // An allocation from another stream's arena, ordered after that stream's work; NULL if none fits.
   void* take_across(Arena& own, size_t rounded, size_t size, gpumem_stream_t stream);
-  // A free chunk that fits from an arena other than own that can be fenced; under mutex_.
-  Chunk* take_from_other_stream(Arena& own, size_t rounded, Arena*& source);
   void insert_free(Arena& arena, Chunk* chunk, int size_class);
   void remove_free(Arena& arena, Chunk* chunk);
-  Chunk* new_chunk();
-  void delete_chunk(Chunk* chunk);
-  void collect_whole_blocks(Arena& arena, std::vector<Block>& out);  // under mutex_
-  void give_back(std::vector<Block>& blocks);
-  // Room for the free blocks of the arenas a collection will visit (all, or the key's).
-  void reserve_blocks(std::vector<Block>& blocks, const uintptr_t* key,
-                      bool all_streams);  // without mutex_: to the upstream, re-caching failures
-  void* grow(Arena*& arena, size_t size, size_t rounded, gpumem_stream_t stream, bool& over_limit);
+  Chunk* new_chunk(Arena& arena);
+  void delete_chunk(Arena& arena, Chunk* chunk);
+  // Takes the arena's free whole blocks out of it; under its lock. Throws only before any change.
+  void collect_whole_blocks(Arena& arena, std::vector<Block>& out);
+  void give_back(std::vector<Block>& blocks);  // without locks: to the upstream, re-caching failures
+  // Returns the free whole blocks of every arena, or of the key's; throws the first failure once
+  // all arenas were visited.
+  void return_cached_blocks(const uintptr_t* key);
+  void* grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, bool& over_limit);
   [[noreturn]] void fail_out_of_memory(size_t size, size_t rounded, const std::string& why);
+  // The arena's bytes in use as counted into published_in_use_, and the peak; under its lock.
+  void publish(Arena& arena);
+  void on_alloc(Arena& arena, uint64_t mem_size, uint64_t asked);
+  void on_free(Arena& arena, uint64_t mem_size, uint64_t asked);
 
   alloc::Allocator* const upstream_;
   alloc::StreamOrder* const order_;
-  StreamReuse reuse_;
+  std::atomic<StreamReuse> reuse_;
   uint64_t limit_;
-  uint64_t pending_ = 0;  // bytes being taken from the upstream right now, counted against the limit
-  // Every chunk, free or in use, by address: a chunk enters when a block arrives or is split and
-  // leaves when it is merged or returned, so a cached allocation and its free touch no map entry.
-  tsl::robin_map<uintptr_t, Chunk*, alloc::AddressHash> chunks_;
-  uint64_t live_count_ = 0;
+  uint64_t growing_ = 0;  // bytes being taken from the upstream right now, counted against the limit
   std::vector<Pending> pending_frees_;
   std::mutex settle_mutex_;  // held by settle_pending() across its driver calls; not on any fast path
   std::vector<std::unique_ptr<Arena>> arenas_;
-  Arena* last_arena_ = nullptr;  // most streams use one arena over and over
-  std::vector<std::unique_ptr<Chunk[]>> chunk_slabs_;
-  Chunk* spare_chunks_ = nullptr;
+  std::vector<std::unique_ptr<ArenaTable>> tables_;  // the current one last; older ones kept for readers
+  std::atomic<ArenaTable*> table_{nullptr};
+  // Bytes in use for the peak: the sum of what each arena last published, which is never below
+  // what it has in use. See publish().
+  std::atomic<uint64_t> published_in_use_{0};
+  std::atomic<uint64_t> peak_in_use_{0};
+  std::atomic<const void*> last_publisher_{nullptr};  // the thread that published last
+  std::atomic<bool> several_arenas_{false};
 };
 
 // The limit from GPUMEM_GPU_MEMORY_LIMIT, 0 if unset; device_total is asked only for a percentage.
