@@ -6,6 +6,10 @@ namespace gpumem::alloc {
 
 void* Allocator::operator new(size_t size) { return ::operator new(size); }
 
+void* Allocator::operator new(size_t size, std::align_val_t alignment) { return ::operator new(size, alignment); }
+
+void Allocator::operator delete(void* p, size_t size, std::align_val_t) noexcept { operator delete(p, size); }
+
 // Never freed: a destroyed allocator's memory stays readable and marked destroyed, and is never
 // reused, so a stale handle is refused rather than taken for another allocator. The cost is the
 // object itself (a few hundred bytes) per destroyed allocator; what it held is freed. The list

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,9 @@ class Allocator : public gpumem_allocator_s {
   // points at readable memory whose mark says "destroyed".
   static void* operator new(size_t size);
   static void operator delete(void* p, size_t size) noexcept;
+  // For kinds that align members to cache lines (the pool).
+  static void* operator new(size_t size, std::align_val_t alignment);
+  static void operator delete(void* p, size_t size, std::align_val_t alignment) noexcept;
   // Marks a handle destroyed; destroy calls it before deleting.
   void mark_destroyed() { *const_cast<volatile uint64_t*>(&magic) = 0; }
   Allocator(const Allocator&) = delete;

@@ -125,22 +125,24 @@ class Pool final : public alloc::Allocator {
   void on_alloc(Arena& arena, uint64_t mem_size, uint64_t asked);
   void on_free(Arena& arena, uint64_t mem_size, uint64_t asked);
 
-  alloc::Allocator* const upstream_;
+  // Read on every call, written rarely: a cache line of their own, apart from the counters below
+  // and from the fields the base class writes under mutex_.
+  alignas(64) alloc::Allocator* const upstream_;
   alloc::StreamOrder* const order_;
+  std::atomic<ArenaTable*> table_{nullptr};
+  std::atomic<const void*> last_publisher_{nullptr};  // the thread that published last
+  std::atomic<bool> several_arenas_{false};
   std::atomic<StreamReuse> reuse_;
-  uint64_t limit_;
+  // Bytes in use for the peak: the sum of what each arena last published, which is never below
+  // what it has in use. See publish().
+  alignas(64) std::atomic<uint64_t> published_in_use_{0};
+  std::atomic<uint64_t> peak_in_use_{0};
+  alignas(64) uint64_t limit_;
   uint64_t growing_ = 0;  // bytes being taken from the upstream right now, counted against the limit
   std::vector<Pending> pending_frees_;
   std::mutex settle_mutex_;  // held by settle_pending() across its driver calls; not on any fast path
   std::vector<std::unique_ptr<Arena>> arenas_;
   std::vector<std::unique_ptr<ArenaTable>> tables_;  // the current one last; older ones kept for readers
-  std::atomic<ArenaTable*> table_{nullptr};
-  // Bytes in use for the peak: the sum of what each arena last published, which is never below
-  // what it has in use. See publish().
-  std::atomic<uint64_t> published_in_use_{0};
-  std::atomic<uint64_t> peak_in_use_{0};
-  std::atomic<const void*> last_publisher_{nullptr};  // the thread that published last
-  std::atomic<bool> several_arenas_{false};
 };
 
 // The limit from GPUMEM_GPU_MEMORY_LIMIT, 0 if unset; device_total is asked only for a percentage.
