@@ -46,10 +46,12 @@ typedef struct gpumem_pool_info_s {
   size_t struct_size;        /**< `sizeof(gpumem_pool_info_t)`. */
   uint64_t used_bytes;       /**< Bytes handed out and not freed (rounded sizes). */
   uint64_t free_bytes;       /**< Bytes cached, free for reuse. */
-  uint64_t total_bytes;      /**< Bytes held from the upstream: used plus free. */
+  uint64_t total_bytes;      /**< Bytes held from the upstream: used plus free plus pending. */
   uint64_t free_block_count; /**< Free blocks in all arenas. */
   uint64_t limit;            /**< The limit in bytes; 0 for none. */
   uint32_t arena_count;      /**< Streams with an arena. */
+  uint64_t pending_bytes;    /**< Bytes freed while other streams' work may still use them, handed out
+                                  again once that work is done (@since 0.3.0). */
 } gpumem_pool_info_t;
 
 /** @brief Flags of gpumem_pool_release(). @since 0.1.0 */

@@ -92,6 +92,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_get_info(gpumem_allocator_t* pool, gpumem
       out.free_block_count = i.free_blocks;
       out.limit = i.limit;
       out.arena_count = i.arenas;
+      out.pending_bytes = i.pending;
     });
   });
 }

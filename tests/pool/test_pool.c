@@ -30,6 +30,7 @@ static void assert_info_equal(const gpumem_pool_info_t* a, const gpumem_pool_inf
   assert_int_equal(a->free_block_count, b->free_block_count);
   assert_int_equal(a->limit, b->limit);
   assert_int_equal(a->arena_count, b->arena_count);
+  assert_int_equal(a->pending_bytes, b->pending_bytes);
 }
 
 /* What the pool says it holds is what its upstream has handed out, to the byte. */
@@ -37,6 +38,7 @@ static void assert_holds(const struct fixture* f, uint64_t total) {
   gpumem_pool_info_t info = pool_info_of(f->pool);
   assert_int_equal(info.total_bytes, total);
   assert_int_equal(info.used_bytes + info.free_bytes, total);
+  assert_int_equal(info.pending_bytes, 0); /* host memory: no free waits for a stream */
   assert_int_equal(stats_of(f->pool).bytes_reserved, total);
   assert_int_equal(stats_of(f->host).bytes_in_use, total);
 }
@@ -329,7 +331,9 @@ static void* per_thread_worker(void* arg) {
   if (r->status == GPUMEM_SUCCESS) r->status = gpumem_free(r->pool, r->first, GPUMEM_STREAM_PER_THREAD);
   if (r->status == GPUMEM_SUCCESS) r->status = gpumem_alloc(r->pool, 4 * KIB, GPUMEM_STREAM_PER_THREAD, &r->second);
   if (r->status == GPUMEM_SUCCESS) r->status = gpumem_free(r->pool, r->second, GPUMEM_STREAM_PER_THREAD);
-  gpumem_pool_info_t info = {sizeof info, 0, 0, 0, 0, 0, 0};
+  gpumem_pool_info_t info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
   if (r->status == GPUMEM_SUCCESS) r->status = gpumem_pool_get_info(r->pool, &info);
   r->arenas = info.arena_count;
   return NULL;

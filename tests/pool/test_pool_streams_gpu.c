@@ -102,6 +102,9 @@ static void test_pool_streams_gpu_free_on_another_stream_is_ordered(void** state
   assert_ok(gpumem_alloc(f->pool, kBytes, f->a, &p));
   keep_busy_writing(f, p, f->b);            /* b uses a's memory... */
   assert_ok(gpumem_free(f->pool, p, f->b)); /* ...and frees it there */
+  const gpumem_pool_info_t info = pool_info_of(f->pool);
+  assert_int_equal(info.pending_bytes, kBytes); /* nothing has looked at b's work since */
+  assert_int_equal(info.used_bytes + info.free_bytes + info.pending_bytes, info.total_bytes);
   void* q = NULL;
   assert_ok(gpumem_alloc(f->pool, kBytes, f->a, &q));
   assert_ok(gpumem_memset_async(q, 0x33, 1, kBytes, f->a));
