@@ -12,6 +12,7 @@
 #include "array.h"
 #include "copy.h"
 #include "core.h"
+#include "cuda_pool.h"
 #include "device.h"
 #include "memory.h"
 #include "pin.h"

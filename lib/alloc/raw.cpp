@@ -94,10 +94,35 @@ void RawAllocator::free_all_live() {
 
 namespace {
 
+// The checks every kind makes before opening its memory to another device.
+void require_peer(int device, int peer_device, const char* kind) {
+  if (peer_device == device)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "device %d is the %s allocator's own device; pass another device", peer_device,
+         kind);
+  driver::require_device(peer_device);
+}
+
 class DeviceAllocator final : public RawAllocator {
  public:
   explicit DeviceAllocator(int device) : RawAllocator(device, "device") {}
   StreamOrder* stream_order() override { return cuda_stream_order(device()); }
+
+  // cuMemAlloc memory is reached through context peer access, which covers every allocation of
+  // the context: it is enabled as peer copies enable it, and never taken away, since that would
+  // cut off memory this allocator does not own.
+  void set_peer_access(int peer_device, bool enable) override {
+    require_peer(device(), peer_device, kind());
+    if (!enable)
+      fail(GPUMEM_ERROR_NOT_SUPPORTED,
+           "peer access to the device allocator's memory cannot be taken away: it is the access of device %d's "
+           "context to all of device %d's cuMemAlloc memory, which other allocations and peer copies rely on",
+           peer_device, device());
+    if (!memory::ensure_peer_access(device(), peer_device))
+      fail(GPUMEM_ERROR_NOT_SUPPORTED,
+           "devices %d and %d cannot reach each other's memory (cuDeviceCanAccessPeer or cuCtxEnablePeerAccess "
+           "refused)",
+           device(), peer_device);
+  }
 
  protected:
   void* raw_alloc(size_t size, gpumem_stream_t) override { return memory::device_alloc(device(), size); }
@@ -125,6 +150,15 @@ class ManagedAllocator final : public RawAllocator {
  public:
   ManagedAllocator(int device, unsigned flags) : RawAllocator(device, "managed"), flags_(flags) {}
   StreamOrder* stream_order() override { return cuda_stream_order(device()); }
+
+  // Every device reaches managed memory already: the driver migrates or maps it on demand.
+  void set_peer_access(int peer_device, bool enable) override {
+    require_peer(device(), peer_device, kind());
+    if (!enable)
+      fail(GPUMEM_ERROR_NOT_SUPPORTED,
+           "managed memory is reachable from every device, device %d included; its access cannot be taken away",
+           peer_device);
+  }
 
  protected:
   void* raw_alloc(size_t size, gpumem_stream_t) override { return memory::managed_alloc(device(), size, flags_); }

@@ -28,6 +28,15 @@
   X(cuMemAllocAsync, 11020)                            \
   X(cuMemAllocFromPoolAsync, 11020)                    \
   X(cuMemFreeAsync, 11020)                             \
+  X(cuMemPoolCreate, 11020)                            \
+  X(cuMemPoolDestroy, 11020)                           \
+  X(cuMemPoolSetAttribute, 11020)                      \
+  X(cuMemPoolGetAttribute, 11020)                      \
+  X(cuMemPoolTrimTo, 11020)                            \
+  X(cuMemPoolSetAccess, 11020)                         \
+  X(cuMemPoolGetAccess, 11020)                         \
+  X(cuDeviceGetDefaultMemPool, 11020)                  \
+  X(cuDeviceGetMemPool, 11020)                         \
   X(cuMemHostAlloc, 2020)                              \
   X(cuMemFreeHost, 2000)                               \
   X(cuMemHostRegister, 6050)                           \

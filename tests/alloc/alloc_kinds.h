@@ -57,5 +57,19 @@ static inline gpumem_status_t create_managed(gpumem_allocator_t** out) {
   return gpumem_allocator_create_managed(0, GPUMEM_MANAGED_ATTACH_GLOBAL, out);
 }
 static inline gpumem_status_t create_pinned(gpumem_allocator_t** out) { return gpumem_allocator_create_pinned(0, out); }
+/* A new CUDA pool with both properties set: a maximum size well above what the suites allocate,
+ * and a release threshold that keeps some memory at a synchronize but not all. */
+static inline gpumem_status_t create_cuda_pool_new(gpumem_allocator_t** out) {
+  gpumem_cuda_pool_params_t params = GPUMEM_CUDA_POOL_PARAMS_INIT;
+  params.source = GPUMEM_CUDA_POOL_NEW;
+  params.max_size = (uint64_t)1 << 30;
+  params.release_threshold = (uint64_t)64 << 20;
+  return gpumem_allocator_create_cuda_pool(&params, out);
+}
+static inline gpumem_status_t create_cuda_pool_default(gpumem_allocator_t** out) {
+  gpumem_cuda_pool_params_t params = GPUMEM_CUDA_POOL_PARAMS_INIT;
+  params.source = GPUMEM_CUDA_POOL_DEFAULT;
+  return gpumem_allocator_create_cuda_pool(&params, out);
+}
 
 #endif /* GPUMEM_ALLOC_KINDS_H */

@@ -41,6 +41,9 @@ static const kind_t kinds[] = {
     {"pool_device_async_default_pool", create_device_async_default_pool, true, true, false, 0, 256},
     {"pool_managed", create_managed, true, true, true, 0, 256},
     {"pool_pinned", create_pinned, true, true, true, -1, 256},
+    {"cuda_pool_new", create_cuda_pool_new, false, true, false, 0, 256},
+    {"cuda_pool_default", create_cuda_pool_default, false, true, false, 0, 256},
+    {"pool_cuda_pool_new", create_cuda_pool_new, true, true, false, 0, 256},
 };
 
 static const kind_t* kind; /* the kind under test, from argv[1] */

@@ -335,6 +335,101 @@ static CUresult CUDAAPI fake_cuArray3DCreate(CUarray* array, const CUDA_ARRAY3D_
   return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
+/* Memory pools: each device has its one pool, which is both its default and its current pool. It
+ * holds nothing, keeps the release threshold it is given, and is reachable from its own device
+ * alone (no device can reach a peer). Creating another pool needs memory, of which there is none. */
+static char device_pools[FAKE_MAX_DEVICES];
+static cuuint64_t pool_thresholds[FAKE_MAX_DEVICES];
+
+/* The device whose pool this is, or -1. */
+static int pool_device(CUmemoryPool pool) {
+  const uintptr_t p = (uintptr_t)(void*)pool, first = (uintptr_t)device_pools;
+  return p >= first && p < first + (uintptr_t)device_count() ? (int)(p - first) : -1;
+}
+
+static CUresult CUDAAPI fake_cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
+  REQUIRE_DEVICE(dev);
+  if (pool == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *pool = (CUmemoryPool)(void*)&device_pools[dev];
+  return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI fake_cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
+  return fake_cuDeviceGetDefaultMemPool(pool, dev);
+}
+static CUresult CUDAAPI fake_cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
+  REQUIRE_INIT();
+  if (pool == NULL || props == NULL || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 ||
+      props->location.id >= device_count())
+    return CUDA_ERROR_INVALID_VALUE;
+  *pool = NULL;
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+/* Only pools the fake never made could be destroyed, and a default pool cannot be. */
+static CUresult CUDAAPI fake_cuMemPoolDestroy(CUmemoryPool pool) {
+  (void)pool;
+  REQUIRE_INIT();
+  return CUDA_ERROR_INVALID_VALUE;
+}
+static CUresult CUDAAPI fake_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attribute, void* value) {
+  REQUIRE_INIT();
+  const int dev = pool_device(pool);
+  if (dev < 0 || value == NULL) return CUDA_ERROR_INVALID_VALUE;
+  switch (attribute) {
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+      pool_thresholds[dev] = *(cuuint64_t*)value;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+      return *(cuuint64_t*)value == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+static CUresult CUDAAPI fake_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attribute, void* value) {
+  REQUIRE_INIT();
+  const int dev = pool_device(pool);
+  if (dev < 0 || value == NULL) return CUDA_ERROR_INVALID_VALUE;
+  switch (attribute) {
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+      *(cuuint64_t*)value = pool_thresholds[dev];
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+      *(cuuint64_t*)value = 0;
+      return CUDA_SUCCESS;
+    default:
+      *(int*)value = 0;
+      return CUDA_SUCCESS;
+  }
+}
+static CUresult CUDAAPI fake_cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+  (void)keep;
+  REQUIRE_INIT();
+  return pool_device(pool) < 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+static CUresult CUDAAPI fake_cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc* map, size_t count) {
+  REQUIRE_INIT();
+  const int dev = pool_device(pool);
+  if (dev < 0 || (map == NULL && count > 0)) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < count; ++i) {
+    if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+    REQUIRE_DEVICE(map[i].location.id);
+    if (map[i].location.id != dev) return CUDA_ERROR_INVALID_DEVICE;
+  }
+  return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI fake_cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool pool, CUmemLocation* location) {
+  REQUIRE_INIT();
+  const int dev = pool_device(pool);
+  if (dev < 0 || flags == NULL || location == NULL || location->type != CU_MEM_LOCATION_TYPE_DEVICE)
+    return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_DEVICE(location->id);
+  *flags = location->id == dev ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  return CUDA_SUCCESS;
+}
+
 /* Host registration: the ledger. */
 static CUresult register_locked(uintptr_t p, size_t size, unsigned int flags) {
   ++register_calls;
