@@ -4,7 +4,8 @@
 # Runs BUILD_DIR/bench/bench_alloc (gpumem's pools, cudaMalloc, cudaMallocAsync; through
 # BUILD_DIR/.gpu/run when ../shared/gpu/pack made one) and bench/peers_alloc.py (CuPy, PyTorch),
 # checks that both generated the same random pattern, and prints one Markdown table per test with
-# each allocator's ns and its ratio to gpumem's device pool, then the memory each held.
+# each allocator's ns and its ratio to gpumem's device pool, then the memory each held, the
+# thread-scaling and multi-stream tables, and whether gpumem met its targets.
 # Without a GPU both programs say so and exit 0, and so does this script.
 # Where $OUT is a directory (the GPU machine's), the log and the tables are also written there.
 set -uo pipefail
@@ -51,7 +52,7 @@ fi
     echo "random pattern: C++ and Python DISAGREE; their random_* rows are not comparable"
     diff "$tmp/pattern_cpp.txt" "$tmp/pattern_py.txt" | sed 's/^/    /'
   fi
-  grep -h '^no GPU\|^SKIP\|^FAIL' "$tmp/cpp.txt" "$tmp/py.txt" | sed 's/^/- /'
+  grep -h '^no GPU\|^SKIP\|^FAIL\|^# note: thread counts' "$tmp/cpp.txt" "$tmp/py.txt" | sed 's/^# //; s/^/- /'
   echo
 
   grep -h '^RESULT ' "$tmp/cpp.txt" "$tmp/py.txt" | awk '
@@ -114,6 +115,61 @@ fi
                    alloc[rows[i]], extra[rows[i], "upstream_allocs"]
         print ""
       }
+      # Thread scaling: one table per test, threads_<n> (64 KiB) and threads_mix_<n> (8 sizes).
+      kind[1] = "threads_"; kname[1] = "64 KiB"
+      kind[2] = "threads_mix_"; kname[2] = "a mix of 8 sizes, 512 B to 8 MiB, taken in turn"
+      for (k = 1; k <= 2; k++) {
+        nt = 0
+        for (i = 1; i <= n; i++) {
+          if (index(test[i], kind[k]) != 1) continue
+          rest = substr(test[i], length(kind[k]) + 1)
+          if (rest !~ /^[0-9]+$/) continue
+          t = rest + 0
+          if (!((k, t) in seen)) { seen[k, t] = 1; tl[++nt] = t }
+          rate[k, alloc[i], t] = extra[i, "ops_per_s"] + 0
+          spd[k, alloc[i], t] = extra[i, "speedup"] + 0
+        }
+        if (nt == 0) continue
+        for (i = 2; i <= nt; i++) {  # insertion sort by thread count
+          r = tl[i]
+          for (j = i - 1; j >= 1 && tl[j] > r; j--) tl[j + 1] = tl[j]
+          tl[j + 1] = r
+        }
+        printf "### thread scaling, %s (Mops/s: million alloc+free pairs a second, all threads together;\n", kname[k]
+        print "each thread on its own stream, one shared allocator; speedup: against 1 thread)\n"
+        print "| threads | gpumem Mops/s | speedup | cudaMallocAsync Mops/s | speedup | gpumem/cudaMallocAsync |"
+        print "|---:|---:|---:|---:|---:|---:|"
+        for (i = 1; i <= nt; i++) {
+          t = tl[i]
+          hg = ((k, "gpumem_pool", t) in rate); hd = ((k, "cudaMallocAsync", t) in rate)
+          g = hg ? rate[k, "gpumem_pool", t] : 0; d = hd ? rate[k, "cudaMallocAsync", t] : 0
+          printf "| %d | %s | %s | %s | %s | %s |\n", t,
+                 hg ? sprintf("%.2f", g / 1e6) : "-", hg ? sprintf("%.2f", spd[k, "gpumem_pool", t]) : "-",
+                 hd ? sprintf("%.2f", d / 1e6) : "-", hd ? sprintf("%.2f", spd[k, "cudaMallocAsync", t]) : "-",
+                 (hg && hd && d > 0) ? sprintf("%.2f", g / d) : "-"
+        }
+        print ""
+      }
+      # The multi-stream pattern: streams<N>_same and streams<N>_cross.
+      m = 0
+      for (i = 1; i <= n; i++)
+        if (test[i] ~ /^streams[0-9]+_(same|cross)$/) {
+          rows[++m] = i
+          if (alloc[i] == "gpumem_pool") sbase[test[i]] = ns[i]
+        }
+      if (m > 0) {
+        print "### multi-stream pattern (one host thread, N streams round-robin, a memset on each buffer;"
+        print "ns per alloc+free pair, host time in the two calls; cross: freed on the next stream)\n"
+        print "| test | allocator | ns/pair | vs gpumem_pool | loop ns/iter | peak live | reserved | reserved / live |"
+        print "|---|---|---:|---:|---:|---:|---:|---:|"
+        for (i = 1; i <= m; i++) {
+          r = rows[i]; live = extra[r, "peak_live"] + 0; res = extra[r, "reserved"] + 0
+          ratio = (test[r] in sbase && sbase[test[r]] > 0) ? sprintf("%.2f", ns[r] / sbase[test[r]]) : "-"
+          printf "| %s | %s | %.1f | %s | %.1f | %s | %s | %s |\n", test[r], alloc[r], ns[r], ratio,
+                 extra[r, "loop_ns"] + 0, human(live), human(res), (live > 0) ? sprintf("%.3f", res / live) : "-"
+        }
+        print ""
+      }
       print "### targets (gpumem_pool)\n"
       split("pair_512B:60 pair_64KiB:60 pair_1MiB:60 random_warm:100", goals, " ")
       for (g = 1; g <= 4; g++) {
@@ -123,6 +179,11 @@ fi
         else
           printf "- %s: not measured\n", tg[1]
       }
+      if ((1, "gpumem_pool", 16) in spd)
+        printf "- threads_16 (64 KiB): %.2fx the 1-thread rate, target >= 8x: %s\n", spd[1, "gpumem_pool", 16],
+               ((spd[1, "gpumem_pool", 16] >= 8) ? "met" : "MISSED")
+      else
+        print "- threads_16 (64 KiB): not measured (fewer than 16 CPUs usable, or the row failed: see above)"
     }'
   echo
   echo "bench_alloc exit status $cpp_rc, peers_alloc.py exit status $py_rc"
