@@ -926,9 +926,10 @@ void run_multi_stream(gpumem_allocator_t* device_pool, gpumem_allocator_t* cuda_
   print_stream_table();
 }
 
-int run() {
+// streams_only: only the thread-scaling and multi-stream sections (bench_alloc --threads).
+int run(bool streams_only) {
   const Pattern pat = make_pattern();
-  print_pattern(pat);
+  if (!streams_only) print_pattern(pat);
 
   std::string device;
   if (!bench_open_device_0(device)) return 0;
@@ -945,6 +946,11 @@ int run() {
   if (default_allocator != device_pool)
     std::printf("# note: device 0's default allocator is not its pool; gpumem_default measures it\n");
 
+  if (streams_only) {
+    run_thread_scaling(device_pool);
+    run_multi_stream(device_pool, nullptr);
+    return 0;
+  }
   {
     GpumemPool a{"gpumem_pool", device_pool, device_pool};
     run_row(a, kCaching, pat);
@@ -1009,9 +1015,10 @@ int main(int argc, char** argv) {
     print_pattern(make_pattern());
     return 0;
   }
-  if (argc != 1) {
-    std::fprintf(stderr, "usage: bench_alloc [--pattern]\n");
+  const bool streams_only = argc == 2 && std::strcmp(argv[1], "--threads") == 0;
+  if (argc != 1 && !streams_only) {
+    std::fprintf(stderr, "usage: bench_alloc [--pattern | --threads]\n");
     return 2;
   }
-  return bench_run(run);
+  return bench_run([&] { return run(streams_only); });
 }

@@ -386,7 +386,7 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
     std::lock_guard<SpinLock> lock(arena.lock);
     if (Chunk* c = take(arena, rounded)) return hand_out(c, size, stream);
   }
-  if (void* p = take_across(arena, rounded, size, stream)) return p;
+  if (void* p = take_block_across(arena, rounded, size, stream)) return p;
   bool beyond_limit;
   {
     std::lock_guard<SpinLock> lock(mutex_);
@@ -401,6 +401,8 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
   bool reclaimed = false;
   for (int attempt = 0; attempt < 3; ++attempt) {
     if (attempt == 1) {
+      // The pool cannot grow: a free piece of another stream's block may serve.
+      if (void* p = take_across(arena, rounded, size, stream)) return p;
       // Out of memory: the host waits for the pending frees' fences (only those: no device-wide
       // synchronize), then cached blocks go back.
       try {
@@ -654,18 +656,90 @@ bool Pool::settle_pending(bool wait) {
   return !done.empty();
 }
 
+bool Pool::may_lend(const Arena& source, const Arena& own, gpumem_stream_t stream) const {
+  return order_ && reuse_.load(std::memory_order_relaxed) != StreamReuse::kNever && &source != &own &&
+         stream != GPUMEM_STREAM_PER_THREAD && source.stream != GPUMEM_STREAM_PER_THREAD;
+}
+
+bool Pool::fence_after(Arena& source, gpumem_stream_t stream) {
+  alloc::StreamOrder::Fence fence = nullptr;
+  try {
+    fence = order_->record(source.stream);
+    if (reuse_.load(std::memory_order_relaxed) == StreamReuse::kHostWait)
+      order_->synchronize(fence);
+    else
+      order_->wait(stream, fence);
+  } catch (const Error&) {
+    if (fence) {
+      order_->release(fence);
+    } else {
+      std::lock_guard<SpinLock> lock(source.lock);
+      source.unfenceable = true;  // its stream is gone: lend none of its memory again
+    }
+    return false;
+  }
+  order_->release(fence);
+  return true;
+}
+
+void* Pool::take_block_across(Arena& own, size_t rounded, size_t size, gpumem_stream_t stream) {
+  Arena* source = nullptr;
+  Chunk* c = nullptr;
+  for (Arena* other : all_arenas()) {
+    if (!may_lend(*other, own, stream)) continue;
+    std::lock_guard<SpinLock> lock(other->lock);
+    if (other->unfenceable) continue;
+    // A bounded look through the fitting classes for a chunk that is a whole block.
+    int budget = 64;
+    for (int cls = other->find_from(size_class(rounded)); cls >= 0 && budget > 0 && !c;
+         cls = other->find_from(cls + 1))
+      for (Chunk* f = other->heads[cls]; f && budget > 0; f = f->free_next, --budget)
+        if (!f->prev && !f->next && f->size >= rounded) {
+          c = f;
+          break;
+        }
+    if (c) {
+      remove_free(*other, c);
+      c->in_use = c->pending = true;  // in transit: neither free nor anyone's, so a free of it is refused
+      source = other;
+      break;
+    }
+  }
+  if (!c) return nullptr;
+  // Everything the source stream did with the block was queued there before now.
+  bool moved = fence_after(*source, stream);
+  if (moved) {
+    std::lock_guard<SpinLock> lock(own.lock);
+    try {
+      own.chunks.emplace(c->ptr, c);
+    } catch (...) {
+      moved = false;  // no room to list it: it stays where it was
+    }
+  }
+  {
+    std::lock_guard<SpinLock> lock(source->lock);
+    if (moved) {
+      source->chunks.erase(c->ptr);
+    } else {
+      c->in_use = c->pending = false;
+      insert_free(*source, c, size_class(c->size));
+      return nullptr;
+    }
+  }
+  std::lock_guard<SpinLock> lock(own.lock);
+  c->arena = &own;  // its chunk object comes along: chunks are never freed before the pool
+  c->in_use = c->pending = false;
+  insert_free(own, c, size_class(c->size));
+  Chunk* taken = take(own, rounded);  // the block fits, so only a failure to split leaves it cached
+  return hand_out(taken, size, stream);
+}
+
 void* Pool::take_across(Arena& own, size_t rounded, size_t size, gpumem_stream_t stream) {
-  // The per-thread default stream is kept to its own memory: a chunk it took could not be fenced
-  // from the thread that frees it.
-  if (!order_ || stream == GPUMEM_STREAM_PER_THREAD) return nullptr;
-  const StreamReuse reuse = reuse_.load(std::memory_order_relaxed);
-  if (reuse == StreamReuse::kNever) return nullptr;
   Arena* source = nullptr;
   Chunk* c = nullptr;
   void* p = nullptr;
   for (Arena* other : all_arenas()) {
-    // Another thread's per-thread default stream cannot be named from this thread to fence it.
-    if (other == &own || other->stream == GPUMEM_STREAM_PER_THREAD) continue;
+    if (!may_lend(*other, own, stream)) continue;
     std::lock_guard<SpinLock> lock(other->lock);
     if (other->unfenceable) continue;
     if ((c = take(*other, rounded))) {
@@ -676,21 +750,11 @@ void* Pool::take_across(Arena& own, size_t rounded, size_t size, gpumem_stream_t
   }
   if (!p) return nullptr;
   // Everything the source stream did with the memory was queued there before now.
-  alloc::StreamOrder::Fence fence = nullptr;
-  try {
-    fence = order_->record(source->stream);
-    if (reuse == StreamReuse::kHostWait)
-      order_->synchronize(fence);
-    else
-      order_->wait(stream, fence);
-  } catch (const Error&) {
-    if (fence) order_->release(fence);
+  if (!fence_after(*source, stream)) {
     std::lock_guard<SpinLock> lock(source->lock);
-    if (!fence) source->unfenceable = true;  // its stream is gone: lend none of its memory again
     finish_free(c, true);
     return nullptr;
   }
-  order_->release(fence);
   return p;
 }
 

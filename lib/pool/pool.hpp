@@ -106,8 +106,18 @@ class Pool final : public alloc::Allocator {
   // Moves pending frees whose fences have completed to the free lists; with wait, the host waits
   // for every pending fence first. Calls the driver outside the locks. True if any moved.
   bool settle_pending(bool wait);
-  // An allocation from another stream's arena, ordered after that stream's work; NULL if none fits.
+  // Another stream's free whole block of at least rounded, moved into own once stream waits for
+  // that stream's work, then allocated from; NULL if none fits.
+  void* take_block_across(Arena& own, size_t rounded, size_t size, gpumem_stream_t stream);
+  // A piece of another stream's block, lent for one allocation and returned to that stream's
+  // arena by its free; for when the pool cannot grow. NULL if none fits.
   void* take_across(Arena& own, size_t rounded, size_t size, gpumem_stream_t stream);
+  // Whether source's memory may be lent to stream: not when reuse is kNever, nor across the
+  // per-thread default stream, which names another stream on every thread.
+  bool may_lend(const Arena& source, const Arena& own, gpumem_stream_t stream) const;
+  // Orders stream after the work queued so far on source's stream, as the reuse policy says.
+  // False when that cannot be done; source is then marked unfenceable if its stream is gone.
+  bool fence_after(Arena& source, gpumem_stream_t stream);
   void insert_free(Arena& arena, Chunk* chunk, int size_class);
   void remove_free(Arena& arena, Chunk* chunk);
   Chunk* new_chunk(Arena& arena);

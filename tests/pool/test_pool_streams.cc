@@ -212,7 +212,7 @@ void reuse_across_streams_by_policy() {
       CHECK(q != p && s.reserved() > before);  // CuPy's rule: S1's memory stays S1's
       CHECK(s.order.records == 0);
     } else {
-      CHECK(q == p && s.reserved() == before);  // taken from S1 instead of growing
+      CHECK(q == p && s.reserved() == before);  // S1's free block moved to S2 instead of growing
       CHECK(s.order.records == 1 && s.order.releases == 1);
       if (reuse == StreamReuse::kFenceWait) {
         CHECK(s.order.waits == 1 && s.order.host_waits == 0);
@@ -220,15 +220,46 @@ void reuse_across_streams_by_policy() {
       } else {
         CHECK(s.order.waits == 0 && s.order.host_waits == 1);
       }
-      // Freed on its new stream: S1 may have it back only after S2's work.
+      // The block is S2's now: freed there, S2 has it back at once, with no fence.
       s.order.work(kS2);
       s.free(q, kS2);
-      CHECK(s.pool->info().pending == 8192);
-      s.order.finish(kS2);
+      CHECK(s.pool->info().pending == 0);
+      CHECK(s.alloc(8192, kS2) == p);
+      CHECK(s.order.records == 1);
+      s.free(p, kS2);
+      // And S1 takes it back after S2's work, as S2 took it.
       CHECK(s.alloc(8192, kS1) == p);
+      CHECK(s.order.records == 2 && s.order.releases == 2);
+      CHECK(s.reserved() == before);
     }
     s.pool->check_invariants();
   }
+}
+
+void pieces_are_lent_only_when_the_pool_cannot_grow() {
+  const char* test = "pieces_are_lent_only_when_the_pool_cannot_grow";
+  Setup s(0, StreamReuse::kFenceWait);
+  void* whole = s.alloc(16384, kS1);
+  s.free(whole, kS1);
+  void* half = s.alloc(8192, kS1);  // S1's block is split: 8 KiB in use, 8 KiB free
+  CHECK(half == whole);
+  void* grown = s.alloc(8192, kS2);  // no whole block to move: S2 grows rather than borrow
+  CHECK(s.reserved() == 16384 + 8192 && s.order.records == 0);
+  s.free(grown, kS2);
+  s.pool->release(kS2, false);
+  s.pool->set_limit(16384);
+  void* lent = s.alloc(8192, kS2);  // at the limit: S1's free piece is lent, fenced
+  CHECK(lent == static_cast<char*>(whole) + 8192);
+  CHECK(s.reserved() == 16384 && s.order.records == 1 && s.order.waits == 1);
+  s.order.work(kS2);
+  s.free(lent, kS2);  // the piece goes back to S1's arena once S2's work is done
+  CHECK(s.pool->info().pending == 8192);
+  s.order.finish(kS2);
+  s.free(half, kS1);
+  s.pool->release(nullptr, true);
+  CHECK(s.reserved() == 0);  // settled, merged whole again and returned
+  CHECK(s.order.live.empty());
+  s.pool->check_invariants();
 }
 
 void per_thread_stream_lends_and_borrows_nothing() {
@@ -323,6 +354,7 @@ int main() {
   double_free_while_pending_is_refused();
   failed_fence_leaves_the_allocation_live();
   reuse_across_streams_by_policy();
+  pieces_are_lent_only_when_the_pool_cannot_grow();
   per_thread_stream_lends_and_borrows_nothing();
   destroyed_stream_lends_nothing();
   out_of_memory_waits_for_pending_frees_only();
