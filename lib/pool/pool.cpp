@@ -37,9 +37,9 @@ uintptr_t stream_key(gpumem_stream_t stream) {
   return value;
 }
 
-// With several arenas in use at once, an arena publishes a drop in its bytes in use only past this
-// many bytes, so that threads allocating and freeing on their own streams do not all write one
-// counter; the peak may then be over-stated by up to this much per arena.
+// With several threads allocating at once, an arena publishes a drop in its bytes in use only
+// past this many bytes, so that threads on their own streams do not all write one counter; the
+// peak may then be over-stated by up to this much per arena.
 constexpr uint64_t kPublishSlack = uint64_t{16} << 20;
 
 // The thread's identity for last_publisher_.
@@ -67,14 +67,17 @@ struct Pool::Chunk {
 struct alignas(64) Pool::Arena {
   Arena(uintptr_t k, gpumem_stream_t s) : key(k), stream(s) {}
   const uintptr_t key;
-  const gpumem_stream_t stream;
-  SpinLock lock;  // guards everything below
-  uint64_t summary = 0;  // bit w set: words[w] is not 0
+  const gpumem_stream_t stream;  // read by other streams' allocations looking for memory to borrow
+  alignas(64) SpinLock lock;     // guards everything below
+  uint64_t summary = 0;          // bit w set: words[w] is not 0
   std::array<uint64_t, kWords> words{};
   std::array<Chunk*, kClasses> heads{};
   uint64_t free_blocks = 0;
   uint64_t free_bytes = 0;
   bool unfenceable = false;  // recording on its stream failed (destroyed by its owner): lend nothing
+  // A block of it moved to another stream since it last grew: it grows rather than take one back,
+  // so two busy streams do not pass one block to and fro, each time through a fence.
+  bool lent = false;
   // Every chunk of the arena's blocks, free or in use, by address: a chunk enters when a block
   // arrives or is split and leaves when it is merged or returned, so a cached allocation and its
   // free touch no map entry.
@@ -101,12 +104,24 @@ struct alignas(64) Pool::Arena {
 // Arenas by key, open addressing, read without a lock: a slot is written once, under mutex_, and a
 // full table is replaced by a copy twice its size while readers may still use the old one.
 struct Pool::ArenaTable {
-  explicit ArenaTable(size_t capacity) : mask(capacity - 1), slots(new std::atomic<Arena*>[capacity]) {
-    for (size_t i = 0; i < capacity; ++i) slots[i].store(nullptr, std::memory_order_relaxed);
-  }
+  // The key is kept beside the arena so that a probe never reads another arena's cache lines,
+  // which their owners write all the time.
+  struct Slot {
+    std::atomic<uintptr_t> key{0};
+    std::atomic<Arena*> arena{nullptr};  // written after key, with release
+  };
+  explicit ArenaTable(size_t capacity) : mask(capacity - 1), slots(new Slot[capacity]) {}
   const size_t mask;
-  const std::unique_ptr<std::atomic<Arena*>[]> slots;
+  const std::unique_ptr<Slot[]> slots;
   size_t used = 0;
+
+  void insert(Arena* a) {
+    size_t i = alloc::AddressHash{}(a->key) & mask;
+    while (slots[i].arena.load(std::memory_order_relaxed)) i = (i + 1) & mask;
+    slots[i].key.store(a->key, std::memory_order_relaxed);
+    slots[i].arena.store(a, std::memory_order_release);
+    ++used;
+  }
 };
 
 void Pool::set_reclaim_runner(ReclaimRunner runner) { reclaim_runner.store(runner); }
@@ -163,9 +178,9 @@ void Pool::delete_chunk(Arena& arena, Chunk* c) {
 
 Pool::Arena* Pool::find_arena(uintptr_t key) const {
   const ArenaTable* t = table_.load(std::memory_order_acquire);
-  for (size_t i = alloc::AddressHash{}(key) & t->mask;; i = (i + 1) & t->mask) {
-    Arena* a = t->slots[i].load(std::memory_order_acquire);
-    if (!a || a->key == key) return a;
+  for (size_t i = alloc::AddressHash{}(key)&t->mask;; i = (i + 1) & t->mask) {
+    Arena* a = t->slots[i].arena.load(std::memory_order_acquire);
+    if (!a || t->slots[i].key.load(std::memory_order_relaxed) == key) return a;
   }
 }
 
@@ -181,18 +196,13 @@ Pool::Arena& Pool::arena_for(gpumem_stream_t stream) {
   if (2 * (t->used + 1) > t->mask + 1) {  // keep the table at most half full
     tables_.reserve(tables_.size() + 1);
     auto bigger = std::make_unique<ArenaTable>(2 * (t->mask + 1));
-    for (auto& a : arenas_) {
-      size_t i = alloc::AddressHash{}(a->key) & bigger->mask;
-      while (bigger->slots[i].load(std::memory_order_relaxed)) i = (i + 1) & bigger->mask;
-      bigger->slots[i].store(a.get(), std::memory_order_relaxed);
-    }
-    bigger->used = t->used;
+    for (auto& a : arenas_) bigger->insert(a.get());
     t = bigger.get();
     tables_.push_back(std::move(bigger));
     table_.store(t, std::memory_order_release);
   }
   if (!arenas_.empty() && !several_arenas_.load(std::memory_order_relaxed)) {
-    // From now on a single thread's frees publish at once (see publish()), so the lone arena's
+    // From now on a lone thread's frees publish at once (see publish()), so the first arena's
     // count must be exact first.
     std::lock_guard<SpinLock> first(arenas_.front()->lock);
     several_arenas_.store(true, std::memory_order_relaxed);
@@ -200,10 +210,7 @@ Pool::Arena& Pool::arena_for(gpumem_stream_t stream) {
   }
   Arena* a = arena.get();
   arenas_.push_back(std::move(arena));
-  size_t i = alloc::AddressHash{}(key) & t->mask;
-  while (t->slots[i].load(std::memory_order_relaxed)) i = (i + 1) & t->mask;
-  t->slots[i].store(a, std::memory_order_release);
-  ++t->used;
+  t->insert(a);
   return *a;
 }
 
@@ -316,11 +323,12 @@ Pool::Chunk* Pool::take(Arena& arena, size_t rounded) {
 }
 
 // The peak of bytes in use without a counter that every thread writes on every call: each arena
-// adds to published_in_use_ only when its bytes in use rise above what it last published, and
-// takes away when they fall well below it, or at once while one thread allocates alone. The sum
-// is never below the bytes in use, so the peak taken from it is never below the true one; with
-// one thread at a time it is exact, and with several at once over by at most kPublishSlack for
-// each arena that was in use.
+// adds to published_in_use_ when its bytes in use rise above what it last published, and takes
+// away when they fall more than kPublishSlack below it, or at once when the thread that
+// published last frees (with one arena, never: it publishes only values it had). The sum is never
+// below the bytes in use, so the peak taken from it never is either; with one thread at a time it
+// is exact, and with several at once over by at most kPublishSlack for each arena in use. Only
+// the thread that published last writes the counter on every call; the others, none.
 void Pool::publish(Arena& a) {
   const uint64_t delta = a.in_use - a.published;  // wraps for a drop: the atomic add wraps back
   a.published = a.in_use;
@@ -345,9 +353,8 @@ void Pool::on_free(Arena& a, uint64_t mem_size, uint64_t asked) {
   a.requested -= asked;
   --a.live;
   ++a.frees;
-  if (a.published - a.in_use > kPublishSlack ||
-      (several_arenas_.load(std::memory_order_relaxed) &&
-       last_publisher_.load(std::memory_order_relaxed) == &publisher_tag))
+  if (a.published - a.in_use > kPublishSlack || (several_arenas_.load(std::memory_order_relaxed) &&
+                                                 last_publisher_.load(std::memory_order_relaxed) == &publisher_tag))
     publish(a);
 }
 
@@ -508,6 +515,7 @@ void* Pool::grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stre
   c->ptr = reinterpret_cast<uintptr_t>(block);
   c->size = rounded;
   c->cls = size_class(rounded);
+  arena.lent = false;
   void* p = hand_out(c, size, stream);
   lock.unlock();
   done_growing(true);
@@ -538,8 +546,7 @@ void Pool::do_deallocate(void* p, gpumem_stream_t stream) {
   // work needs a fence. Memory no stream's work touches (no order_) needs none.
   const bool foreign_free = order_ && stream_key(stream) != arena.key;
   // Handed out across streams. Never so on the per-thread stream, which only its arena uses.
-  const bool foreign_alloc =
-      order_ && c->stream != GPUMEM_STREAM_PER_THREAD && stream_key(c->stream) != arena.key;
+  const bool foreign_alloc = order_ && c->stream != GPUMEM_STREAM_PER_THREAD && stream_key(c->stream) != arena.key;
   if (!foreign_free && !foreign_alloc && !(order_ && c->uses)) {
     finish_free(c, false);
     return;
@@ -683,6 +690,10 @@ bool Pool::fence_after(Arena& source, gpumem_stream_t stream) {
 }
 
 void* Pool::take_block_across(Arena& own, size_t rounded, size_t size, gpumem_stream_t stream) {
+  {
+    std::lock_guard<SpinLock> lock(own.lock);
+    if (own.lent) return nullptr;
+  }
   Arena* source = nullptr;
   Chunk* c = nullptr;
   for (Arena* other : all_arenas()) {
@@ -691,8 +702,7 @@ void* Pool::take_block_across(Arena& own, size_t rounded, size_t size, gpumem_st
     if (other->unfenceable) continue;
     // A bounded look through the fitting classes for a chunk that is a whole block.
     int budget = 64;
-    for (int cls = other->find_from(size_class(rounded)); cls >= 0 && budget > 0 && !c;
-         cls = other->find_from(cls + 1))
+    for (int cls = other->find_from(size_class(rounded)); cls >= 0 && budget > 0 && !c; cls = other->find_from(cls + 1))
       for (Chunk* f = other->heads[cls]; f && budget > 0; f = f->free_next, --budget)
         if (!f->prev && !f->next && f->size >= rounded) {
           c = f;
@@ -720,6 +730,7 @@ void* Pool::take_block_across(Arena& own, size_t rounded, size_t size, gpumem_st
     std::lock_guard<SpinLock> lock(source->lock);
     if (moved) {
       source->chunks.erase(c->ptr);
+      source->lent = true;
     } else {
       c->in_use = c->pending = false;
       insert_free(*source, c, size_class(c->size));
@@ -944,7 +955,7 @@ void Pool::check_invariants() {
   uint64_t free_total = 0, used_total = 0, block_total = 0, pending_total = 0, pending_chunks = 0;
   uint64_t published_total = 0, arenas_in_table = 0;
   const ArenaTable* table = table_.load(std::memory_order_relaxed);
-  for (size_t i = 0; i <= table->mask; ++i) arenas_in_table += table->slots[i].load() != nullptr;
+  for (size_t i = 0; i <= table->mask; ++i) arenas_in_table += table->slots[i].arena.load() != nullptr;
   if (arenas_in_table != arenas_.size() || table->used != arenas_.size()) broken("the arena table misses an arena");
   for (auto& arena : arenas_) {
     if (find_arena(arena->key) != arena.get()) broken("an arena cannot be found by its key");

@@ -140,9 +140,10 @@ class Pool final : public alloc::Allocator {
   alignas(64) alloc::Allocator* const upstream_;
   alloc::StreamOrder* const order_;
   std::atomic<ArenaTable*> table_{nullptr};
-  std::atomic<const void*> last_publisher_{nullptr};  // the thread that published last
   std::atomic<bool> several_arenas_{false};
   std::atomic<StreamReuse> reuse_;
+  // Read on every free, written when another thread publishes (rarely, in a steady state).
+  alignas(64) std::atomic<const void*> last_publisher_{nullptr};  // the thread that published last
   // Bytes in use for the peak: the sum of what each arena last published, which is never below
   // what it has in use. See publish().
   alignas(64) std::atomic<uint64_t> published_in_use_{0};
