@@ -10,6 +10,7 @@
 
 #include "bench_common.hpp"
 
+#include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -522,8 +523,8 @@ std::string fixed(double v, int decimals) {
 // non-blocking stream from one shared allocator; aggregate pairs a second.
 
 constexpr int kScaleThreadCounts[] = {1, 2, 4, 8, 16};
-constexpr int kScaleReps = 3;                             // the median of these is reported
-constexpr std::chrono::milliseconds kScaleDuration{150};  // of one repetition
+constexpr int kScaleReps = 5;                             // the median of these is reported
+constexpr std::chrono::milliseconds kScaleDuration{100};  // of one repetition
 constexpr int kScaleWarmPairs = 2000;                     // per thread, before the start
 constexpr int kScaleTargetThreads = 16;
 constexpr double kScaleTargetSpeedup = 8.0;
@@ -541,6 +542,22 @@ std::vector<ScaleTest> scale_tests() {
        "a mix of 8 sizes, 512 B to 8 MiB, taken in turn",
        {512, 3 << 10, 16 << 10, 64 << 10, 200 << 10, 1 << 20, 3 << 20, 8 << 20}},
   };
+}
+
+// Keeps the calling thread on the index-th CPU of the process's affinity mask, so that the
+// scheduler neither stacks two workers on one CPU nor moves them mid-run.
+void pin_to_cpu(int index) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed) || seen++ != index) continue;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    return;
+  }
 }
 
 // The CPUs this process may run on (its affinity mask).
@@ -586,6 +603,8 @@ double run_threads(A& a, const ScaleTest& t, int n, const Streams& streams) {
     const cudaStream_t s = streams[static_cast<size_t>(i)];
     bool counted = false;
     try {
+      // CPU 0 takes more of the system's interrupts and housekeeping: left out while others remain.
+      pin_to_cpu(usable_cpus() > n ? i + 1 : i);
       check(cudaSetDevice(0), "cudaSetDevice");
       for (int k = 0; k < kScaleWarmPairs; ++k) a.free(a.alloc(sizes[static_cast<size_t>(k) % nsizes], s), s);
       counted = true;
@@ -641,10 +660,14 @@ std::vector<ScalePoint> bench_threads(A& a, const ScaleTest& t, const std::vecto
                                       const Streams& streams) {
   std::vector<ScalePoint> points;
   double one = 0;
-  for (int n : counts) {
-    std::vector<double> reps;
-    for (int r = 0; r < kScaleReps; ++r) reps.push_back(run_threads(a, t, n, streams));
-    const double rate = median(reps);
+  // Repetitions go round the thread counts, so that a slow spell of the machine touches every
+  // count alike rather than one.
+  std::vector<std::vector<double>> reps(counts.size());
+  for (int r = 0; r < kScaleReps; ++r)
+    for (size_t i = 0; i < counts.size(); ++i) reps[i].push_back(run_threads(a, t, counts[i], streams));
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const int n = counts[i];
+    const double rate = median(reps[i]);
     if (n == 1) one = rate;
     const double speedup = one > 0 ? rate / one : 0;
     points.push_back(ScalePoint{n, rate, speedup});

@@ -75,9 +75,6 @@ struct alignas(64) Pool::Arena {
   uint64_t free_blocks = 0;
   uint64_t free_bytes = 0;
   bool unfenceable = false;  // recording on its stream failed (destroyed by its owner): lend nothing
-  // A block of it moved to another stream since it last grew: it grows rather than take one back,
-  // so two busy streams do not pass one block to and fro, each time through a fence.
-  bool lent = false;
   // Every chunk of the arena's blocks, free or in use, by address: a chunk enters when a block
   // arrives or is split and leaves when it is merged or returned, so a cached allocation and its
   // free touch no map entry.
@@ -515,7 +512,6 @@ void* Pool::grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stre
   c->ptr = reinterpret_cast<uintptr_t>(block);
   c->size = rounded;
   c->cls = size_class(rounded);
-  arena.lent = false;
   void* p = hand_out(c, size, stream);
   lock.unlock();
   done_growing(true);
@@ -690,21 +686,21 @@ bool Pool::fence_after(Arena& source, gpumem_stream_t stream) {
 }
 
 void* Pool::take_block_across(Arena& own, size_t rounded, size_t size, gpumem_stream_t stream) {
-  {
-    std::lock_guard<SpinLock> lock(own.lock);
-    if (own.lent) return nullptr;
-  }
   Arena* source = nullptr;
   Chunk* c = nullptr;
   for (Arena* other : all_arenas()) {
     if (!may_lend(*other, own, stream)) continue;
     std::lock_guard<SpinLock> lock(other->lock);
     if (other->unfenceable) continue;
-    // A bounded look through the fitting classes for a chunk that is a whole block.
+    // A bounded look for a whole block of up to twice the size: a bigger one stays with its
+    // stream, which is likely to want it back, rather than be split for a small request.
+    const size_t most = rounded <= SIZE_MAX / 2 ? 2 * rounded : SIZE_MAX;
+    const int last = size_class(most);
     int budget = 64;
-    for (int cls = other->find_from(size_class(rounded)); cls >= 0 && budget > 0 && !c; cls = other->find_from(cls + 1))
+    for (int cls = other->find_from(size_class(rounded)); cls >= 0 && cls <= last && budget > 0 && !c;
+         cls = other->find_from(cls + 1))
       for (Chunk* f = other->heads[cls]; f && budget > 0; f = f->free_next, --budget)
-        if (!f->prev && !f->next && f->size >= rounded) {
+        if (!f->prev && !f->next && f->size >= rounded && f->size <= most) {
           c = f;
           break;
         }
@@ -730,7 +726,6 @@ void* Pool::take_block_across(Arena& own, size_t rounded, size_t size, gpumem_st
     std::lock_guard<SpinLock> lock(source->lock);
     if (moved) {
       source->chunks.erase(c->ptr);
-      source->lent = true;
     } else {
       c->in_use = c->pending = false;
       insert_free(*source, c, size_class(c->size));

@@ -227,19 +227,27 @@ void reuse_across_streams_by_policy() {
       CHECK(s.alloc(8192, kS2) == p);
       CHECK(s.order.records == 1);
       s.free(p, kS2);
-      // S1 lent its block, so it grows rather than take it back: two busy streams do not pass
-      // one block to and fro through fences.
-      void* grown = s.alloc(8192, kS1);
-      CHECK(grown != p && s.reserved() == before + 8192 && s.order.records == 1);
-      s.free(grown, kS1);
-      // Having grown, S1 may take S3's idle block again.
-      void* idle = s.alloc(16384, kS3);
-      s.free(idle, kS3);
-      CHECK(s.alloc(16384, kS1) == idle);
+      // And S1 takes it back after S2's work, as S2 took it.
+      CHECK(s.alloc(8192, kS1) == p);
       CHECK(s.order.records == 2 && s.order.releases == 2);
+      CHECK(s.reserved() == before);
     }
     s.pool->check_invariants();
   }
+}
+
+void a_block_much_bigger_than_asked_stays_with_its_stream() {
+  const char* test = "a_block_much_bigger_than_asked_stays_with_its_stream";
+  Setup s(0, StreamReuse::kFenceWait);
+  void* big = s.alloc(65536, kS1);
+  s.free(big, kS1);
+  void* small = s.alloc(8192, kS2);  // S1's 64 KiB block is 8 times too big to split for it
+  CHECK(small != big && s.reserved() == 65536 + 8192 && s.order.records == 0);
+  s.free(small, kS2);
+  void* near = s.alloc(40000, kS2);  // within twice: S1's block moves to S2
+  CHECK(near == big && s.reserved() == 65536 + 8192 && s.order.records == 1);
+  s.free(near, kS2);
+  s.pool->check_invariants();
 }
 
 void pieces_are_lent_only_when_the_pool_cannot_grow() {
@@ -360,6 +368,7 @@ int main() {
   double_free_while_pending_is_refused();
   failed_fence_leaves_the_allocation_live();
   reuse_across_streams_by_policy();
+  a_block_much_bigger_than_asked_stays_with_its_stream();
   pieces_are_lent_only_when_the_pool_cannot_grow();
   per_thread_stream_lends_and_borrows_nothing();
   destroyed_stream_lends_nothing();
