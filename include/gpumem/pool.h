@@ -180,7 +180,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_set_limit_fraction(gpumem_allocator_t* po
 
 /**
  * @brief Whether a pool lends one stream's free memory to an allocation on another stream whose
- *        own arena has none that fits, rather than growing. @since 0.2.0
+ *        own arena has none that fits, rather than growing. @since 0.3.0
  */
 enum gpumem_stream_reuse {
   GPUMEM_STREAM_REUSE_NEVER = 0,    /**< Never: each stream keeps its memory (CuPy's pools). */
@@ -202,7 +202,7 @@ enum gpumem_stream_reuse {
  * @retval GPUMEM_ERROR_INVALID_HANDLE @p pool is not a live pool.
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
- * @since 0.2.0
+ * @since 0.3.0
  */
 GPUMEM_API gpumem_status_t gpumem_pool_set_stream_reuse(gpumem_allocator_t* pool, int32_t reuse);
 
@@ -224,7 +224,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_set_stream_reuse(gpumem_allocator_t* pool
  * @retval GPUMEM_ERROR_INVALID_HANDLE @p pool is not a live pool.
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
- * @since 0.2.0
+ * @since 0.3.0
  */
 GPUMEM_API gpumem_status_t gpumem_pool_record_stream(gpumem_allocator_t* pool, void* ptr, gpumem_stream_t stream);
 
