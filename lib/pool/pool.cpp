@@ -42,6 +42,9 @@ uintptr_t stream_key(gpumem_stream_t stream) {
 // peak may then be over-stated by up to this much per arena.
 constexpr uint64_t kPublishSlack = uint64_t{16} << 20;
 
+// Arena::allocs_seen of an arena no other stream has looked into yet.
+constexpr uint64_t kNeverSeen = UINT64_MAX;
+
 // The thread's identity for last_publisher_.
 thread_local char publisher_tag;
 
@@ -74,7 +77,8 @@ struct alignas(64) Pool::Arena {
   std::array<Chunk*, kClasses> heads{};
   uint64_t free_blocks = 0;
   uint64_t free_bytes = 0;
-  bool unfenceable = false;  // recording on its stream failed (destroyed by its owner): lend nothing
+  bool unfenceable = false;           // recording on its stream failed (destroyed by its owner): lend nothing
+  uint64_t allocs_seen = kNeverSeen;  // allocs when another stream last looked for a block to take
   // Every chunk of the arena's blocks, free or in use, by address: a chunk enters when a block
   // arrives or is split and leaves when it is merged or returned, so a cached allocation and its
   // free touch no map entry.
@@ -692,19 +696,25 @@ void* Pool::take_block_across(Arena& own, size_t rounded, size_t size, gpumem_st
     if (!may_lend(*other, own, stream)) continue;
     std::lock_guard<SpinLock> lock(other->lock);
     if (other->unfenceable) continue;
+    // A busy stream that frees a block takes it again at once: taking its only fitting block
+    // would make it take one back in turn, each time through a fence. So a block is taken from a
+    // stream seen for the first time, or idle since last seen (no allocation), or that has
+    // another fitting block to spare.
+    const bool first_seen = other->allocs_seen == kNeverSeen;
+    const bool idle = other->allocs == other->allocs_seen;
+    other->allocs_seen = other->allocs;
     // A bounded look for a whole block of up to twice the size: a bigger one stays with its
     // stream, which is likely to want it back, rather than be split for a small request.
     const size_t most = rounded <= SIZE_MAX / 2 ? 2 * rounded : SIZE_MAX;
     const int last = size_class(most);
-    int budget = 64;
-    for (int cls = other->find_from(size_class(rounded)); cls >= 0 && cls <= last && budget > 0 && !c;
+    int budget = 64, fitting = 0;
+    Chunk* found = nullptr;
+    for (int cls = other->find_from(size_class(rounded)); cls >= 0 && cls <= last && budget > 0 && fitting < 2;
          cls = other->find_from(cls + 1))
-      for (Chunk* f = other->heads[cls]; f && budget > 0; f = f->free_next, --budget)
-        if (!f->prev && !f->next && f->size >= rounded && f->size <= most) {
-          c = f;
-          break;
-        }
-    if (c) {
+      for (Chunk* f = other->heads[cls]; f && budget > 0 && fitting < 2; f = f->free_next, --budget)
+        if (!f->prev && !f->next && f->size >= rounded && f->size <= most && !fitting++) found = f;
+    if (found && (first_seen || idle || fitting > 1)) {
+      c = found;
       remove_free(*other, c);
       c->in_use = c->pending = true;  // in transit: neither free nor anyone's, so a free of it is refused
       source = other;

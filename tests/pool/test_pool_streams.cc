@@ -236,6 +236,30 @@ void reuse_across_streams_by_policy() {
   }
 }
 
+void a_busy_stream_keeps_its_only_block() {
+  const char* test = "a_busy_stream_keeps_its_only_block";
+  Setup s(0, StreamReuse::kFenceWait);
+  void* p = s.alloc(8192, kS1);
+  s.free(p, kS1);
+  void* q = s.alloc(8192, kS2);  // S1 seen for the first time: its block moves to S2
+  CHECK(q == p && s.order.records == 1);
+  void* r = s.alloc(8192, kS1);  // S1 allocates again, and grows: it is busy
+  CHECK(r != p);
+  s.free(r, kS1);
+  void* t = s.alloc(8192, kS2);  // S1's one block stays with it: S2 grows
+  CHECK(t != r && s.order.records == 1);
+  s.free(t, kS2);
+  s.free(q, kS2);                   // S2 has two free blocks now
+  s.free(s.alloc(8192, kS1), kS1);  // S1 busy again
+  void* x = s.alloc(8192, kS3);     // S1 keeps its one; S2, busy too, has one to spare
+  CHECK((x == t || x == q) && s.order.records == 2);
+  void* y = s.alloc(8192, kS3);  // S1 has not allocated since it was last seen: idle, so it lends
+  CHECK(y == r && s.order.records == 3);
+  s.free(x, kS3);
+  s.free(y, kS3);
+  s.pool->check_invariants();
+}
+
 void a_block_much_bigger_than_asked_stays_with_its_stream() {
   const char* test = "a_block_much_bigger_than_asked_stays_with_its_stream";
   Setup s(0, StreamReuse::kFenceWait);
@@ -368,6 +392,7 @@ int main() {
   double_free_while_pending_is_refused();
   failed_fence_leaves_the_allocation_live();
   reuse_across_streams_by_policy();
+  a_busy_stream_keeps_its_only_block();
   a_block_much_bigger_than_asked_stays_with_its_stream();
   pieces_are_lent_only_when_the_pool_cannot_grow();
   per_thread_stream_lends_and_borrows_nothing();
