@@ -93,6 +93,13 @@ size_t device_free_bytes() {
 // indirect call of its own), reset (empty its cache and reset its peaks, so a test starts cold)
 // and memory_extras (what it says it holds, for the random pattern).
 
+// What a gpumem allocator says is requested while the whole pattern is live: the pattern's total.
+std::string requested_extras(const gpumem_allocator_stats_t& s, uint64_t pattern_total) {
+  std::string out = " stats_requested=" + std::to_string(s.bytes_requested);
+  if (s.bytes_requested != pattern_total) out += " WARNING_requested_differs_from_pattern";
+  return out;
+}
+
 struct GpumemPool {
   const char* name;
   gpumem_allocator_t* handle;  // what gpumem_alloc is given: the pool, or NULL for the default
@@ -118,12 +125,7 @@ struct GpumemPool {
     return s;
   }
   // Called after the allocation phase of the first round, with everything live.
-  std::string live_extras(uint64_t pattern_total) {
-    const gpumem_allocator_stats_t s = stats();
-    std::string out = " stats_requested=" + std::to_string(s.bytes_requested);
-    if (s.bytes_requested != pattern_total) out += " WARNING_requested_differs_from_pattern";
-    return out;
-  }
+  std::string live_extras(uint64_t pattern_total) { return requested_extras(stats(), pattern_total); }
   std::string peak_extras() {
     const gpumem_allocator_stats_t s = stats();
     // A pool that reuses perfectly takes 1000 blocks in the first round and none after.
@@ -446,12 +448,7 @@ struct GpumemCudaPool {
     check(gpumem_allocator_reset_peaks(allocator), "gpumem_allocator_reset_peaks");
     reserved_at_reset = info().reserved;
   }
-  std::string live_extras(uint64_t pattern_total) {
-    const gpumem_allocator_stats_t st = stats();
-    std::string out = " stats_requested=" + std::to_string(st.bytes_requested);
-    if (st.bytes_requested != pattern_total) out += " WARNING_requested_differs_from_pattern";
-    return out;
-  }
+  std::string live_extras(uint64_t pattern_total) { return requested_extras(stats(), pattern_total); }
   // The pool's own watermarks: what the driver reserved for it, as for cudaMallocAsync.
   std::string peak_extras() {
     const gpumem_cuda_pool_info_t i = info();

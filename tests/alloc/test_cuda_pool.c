@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 
+#include "test_bytes.h"
 #include "test_cuda.h"
 
 #define MiB ((size_t)1 << 20)
@@ -60,17 +61,7 @@ static void assert_bytes_round_trip(gpumem_allocator_t* a, size_t n, unsigned se
   assert_ok(gpumem_alloc(a, n, s, &p));
   assert_non_null(p);
   test_stream_sync(s); /* the copies below run on the legacy stream */
-  unsigned char* out = malloc(n);
-  unsigned char* back = malloc(n);
-  assert_non_null(out);
-  assert_non_null(back);
-  for (size_t i = 0; i < n; i++) out[i] = (unsigned char)(i * 31u + seed);
-  memset(back, 0, n);
-  assert_ok(gpumem_copy(p, out, n));
-  assert_ok(gpumem_copy(back, p, n));
-  assert_memory_equal(back, out, n);
-  free(out);
-  free(back);
+  expect_round_trip(p, n, seed);
   assert_ok(gpumem_free(a, p, s));
   test_stream_sync(s);
   test_stream_destroy(s);

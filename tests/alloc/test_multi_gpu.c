@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 
+#include "test_bytes.h"
 #include "test_cuda.h"
 
 #define MiB ((size_t)1 << 20)
@@ -58,21 +59,6 @@ static gpumem_allocator_t* new_cuda_pool(int32_t device) {
   gpumem_allocator_t* a = NULL;
   assert_ok(gpumem_allocator_create_cuda_pool(&params, &a));
   return a;
-}
-
-/* Writes a pattern into n bytes of p through a copy and reads it back. */
-static void assert_bytes_round_trip(void* p, size_t n, unsigned seed) {
-  unsigned char* out = malloc(n);
-  unsigned char* back = malloc(n);
-  assert_non_null(out);
-  assert_non_null(back);
-  for (size_t i = 0; i < n; i++) out[i] = (unsigned char)(i * 7u + seed);
-  memset(back, 0, n);
-  assert_ok(gpumem_copy(p, out, n));
-  assert_ok(gpumem_copy(back, p, n));
-  assert_memory_equal(back, out, n);
-  free(out);
-  free(back);
 }
 
 /* ---- Tests ---- */
@@ -130,7 +116,7 @@ static void test_multi_gpu_device_pools_hold_their_devices_memory(void** state) 
   assert_ok(gpumem_alloc(pool1, MiB, NULL, &p1));
   assert_int_equal(device_of(p0), 0);
   assert_int_equal(device_of(p1), 1);
-  assert_bytes_round_trip(p1, MiB, 1);
+  expect_round_trip(p1, MiB, 1);
   /* Each pool refuses the other's memory. */
   assert_status(gpumem_free(pool0, p1, NULL), GPUMEM_ERROR_NOT_OWNED);
   assert_ok(gpumem_free(pool1, p1, NULL));
@@ -164,7 +150,7 @@ static void test_multi_gpu_cuda_pool_on_second_device(void** state) {
   void* p = NULL;
   assert_ok(gpumem_alloc(a, 3 * MiB, NULL, &p));
   assert_int_equal(device_of(p), 1);
-  assert_bytes_round_trip(p, 3 * MiB, 2);
+  expect_round_trip(p, 3 * MiB, 2);
   assert_ok(gpumem_free(a, p, NULL));
   assert_ok(gpumem_allocator_destroy(a));
 }
@@ -204,7 +190,7 @@ static void test_multi_gpu_cuda_pool_peer_access_through_a_pool(void** state) {
     assert_int_equal(pool_access(cuda_pool, 1), TEST_MEM_ACCESS_READ_WRITE);
     void* p = NULL;
     assert_ok(gpumem_alloc(pool, MiB, NULL, &p));
-    assert_bytes_round_trip(p, MiB, 3);
+    expect_round_trip(p, MiB, 3);
     assert_ok(gpumem_free(pool, p, NULL));
     assert_ok(gpumem_allocator_set_peer_access(pool, 1, GPUMEM_PEER_ACCESS_NONE));
     assert_int_equal(pool_access(cuda_pool, 1), TEST_MEM_ACCESS_NONE);

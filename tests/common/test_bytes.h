@@ -105,6 +105,19 @@ static inline void* checked_malloc(size_t n) {
   return p;
 }
 
+/* Writes a pattern into n bytes at p (any kind of memory) with gpumem_copy() and reads it back. */
+static inline void expect_round_trip(void* p, size_t n, unsigned seed) {
+  unsigned char* out = checked_malloc(n);
+  unsigned char* back = checked_malloc(n);
+  fill_pattern(out, n, seed);
+  memset(back, 0, n);
+  assert_ok(gpumem_copy(p, out, n));
+  assert_ok(gpumem_copy(back, p, n));
+  expect_bytes(back, out, n, "the bytes read back");
+  free(out);
+  free(back);
+}
+
 typedef enum {
   KIND_DEVICE,        /* gpumem_device_alloc */
   KIND_PINNED,        /* gpumem_host_alloc */
