@@ -93,6 +93,14 @@ size_t device_free_bytes() {
 // indirect call of its own), reset (empty its cache and reset its peaks, so a test starts cold)
 // and memory_extras (what it says it holds, for the random pattern).
 
+gpumem_allocator_stats_t stats_of(gpumem_allocator_t* a) {
+  gpumem_allocator_stats_t s;
+  std::memset(&s, 0, sizeof s);
+  s.struct_size = sizeof s;
+  check(gpumem_allocator_get_stats(a, &s), "gpumem_allocator_get_stats");
+  return s;
+}
+
 // What a gpumem allocator says is requested while the whole pattern is live: the pattern's total.
 std::string requested_extras(const gpumem_allocator_stats_t& s, uint64_t pattern_total) {
   std::string out = " stats_requested=" + std::to_string(s.bytes_requested);
@@ -117,13 +125,7 @@ struct GpumemPool {
     check(gpumem_allocator_reset_peaks(pool), "gpumem_allocator_reset_peaks");
     upstream_allocs_at_reset = stats().upstream_alloc_count;
   }
-  gpumem_allocator_stats_t stats() {
-    gpumem_allocator_stats_t s;
-    std::memset(&s, 0, sizeof s);
-    s.struct_size = sizeof s;
-    check(gpumem_allocator_get_stats(pool, &s), "gpumem_allocator_get_stats");
-    return s;
-  }
+  gpumem_allocator_stats_t stats() { return stats_of(pool); }
   // Called after the allocation phase of the first round, with everything live.
   std::string live_extras(uint64_t pattern_total) { return requested_extras(stats(), pattern_total); }
   std::string peak_extras() {
@@ -349,24 +351,24 @@ struct MemPeaks {
   uint64_t in_use = 0;  // the highest in use (gpumem: rounded bytes; the driver's own count)
 };
 
-struct GpumemOnStreams {
-  const char* name;
-  gpumem_allocator_t* allocator;  // a gpumem pool
-  uint64_t reserved_at_reset = 0;
+// gpumem_alloc and gpumem_free on one allocator and a stream.
+struct GpumemCalls {
+  gpumem_allocator_t* allocator;
 
-  void* alloc(size_t n, cudaStream_t s) {
+  void* alloc(size_t n, cudaStream_t s = nullptr) {
     void* p = nullptr;
     check(gpumem_alloc(allocator, n, s, &p), "gpumem_alloc");
     return p;
   }
-  void free(void* p, cudaStream_t s) { check(gpumem_free(allocator, p, s), "gpumem_free"); }
-  gpumem_allocator_stats_t stats() {
-    gpumem_allocator_stats_t st;
-    std::memset(&st, 0, sizeof st);
-    st.struct_size = sizeof st;
-    check(gpumem_allocator_get_stats(allocator, &st), "gpumem_allocator_get_stats");
-    return st;
-  }
+  void free(void* p, cudaStream_t s = nullptr) { check(gpumem_free(allocator, p, s), "gpumem_free"); }
+};
+
+struct GpumemOnStreams : GpumemCalls {
+  const char* name;
+  uint64_t reserved_at_reset = 0;
+
+  GpumemOnStreams(const char* n, gpumem_allocator_t* pool) : GpumemCalls{pool}, name(n) {}
+  gpumem_allocator_stats_t stats() { return stats_of(allocator); }
   void reset() {
     check(gpumem_pool_release(allocator, nullptr, GPUMEM_POOL_RELEASE_ALL_STREAMS), "gpumem_pool_release");
     check(gpumem_allocator_reset_peaks(allocator), "gpumem_allocator_reset_peaks");
@@ -415,17 +417,11 @@ struct CudaAsyncOnStreams {
 // gpumem's allocator over a CUDA memory pool of its own (cuda_pool.h): the driver's pool, as
 // cudaMallocAsync uses it, behind gpumem's handle, statistics and ownership checks. It serves
 // the single-thread tests on the legacy stream and the multi-stream test on the streams named.
-struct GpumemCudaPool {
-  gpumem_allocator_t* allocator;
+struct GpumemCudaPool : GpumemCalls {
   const char* name = "gpumem_cuda_pool";
   uint64_t reserved_at_reset = 0;
 
-  void* alloc(size_t n, cudaStream_t s = nullptr) {
-    void* p = nullptr;
-    check(gpumem_alloc(allocator, n, s, &p), "gpumem_alloc");
-    return p;
-  }
-  void free(void* p, cudaStream_t s = nullptr) { check(gpumem_free(allocator, p, s), "gpumem_free"); }
+  explicit GpumemCudaPool(gpumem_allocator_t* a) : GpumemCalls{a} {}
   gpumem_cuda_pool_info_t info() {
     gpumem_cuda_pool_info_t i;
     std::memset(&i, 0, sizeof i);
@@ -433,13 +429,7 @@ struct GpumemCudaPool {
     check(gpumem_cuda_pool_get_info(allocator, &i), "gpumem_cuda_pool_get_info");
     return i;
   }
-  gpumem_allocator_stats_t stats() {
-    gpumem_allocator_stats_t st;
-    std::memset(&st, 0, sizeof st);
-    st.struct_size = sizeof st;
-    check(gpumem_allocator_get_stats(allocator, &st), "gpumem_allocator_get_stats");
-    return st;
-  }
+  gpumem_allocator_stats_t stats() { return stats_of(allocator); }
   void reset() {
     // Memory freed on a stream is only trimmed once that stream's work is done.
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
