@@ -72,7 +72,7 @@ typedef struct gpumem_allocator_stats_s {
   size_t struct_size;            /**< `sizeof(gpumem_allocator_stats_t)`. */
   uint64_t bytes_in_use;         /**< Bytes of live allocations as handed out (a pool counts its rounded sizes). */
   uint64_t peak_bytes_in_use;    /**< Highest @c bytes_in_use since creation or gpumem_allocator_reset_peaks()
-                                      (a pool used by several threads at once may over-state it by up to 16 MiB
+                                      (a pool used by more than one thread may over-state it by up to 16 MiB
                                       per stream; docs/pool.md). */
   uint64_t bytes_requested;      /**< Bytes of live allocations as asked for; @c bytes_in_use less this is rounding. */
   uint64_t bytes_reserved;       /**< Bytes held from the upstream (the driver, for a raw allocator). */

@@ -37,10 +37,21 @@ uintptr_t stream_key(gpumem_stream_t stream) {
   return value;
 }
 
-// With several threads allocating at once, an arena publishes a drop in its bytes in use only
-// past this many bytes, so that threads on their own streams do not all write one counter; the
-// peak may then be over-stated by up to this much per arena.
+// How far an arena's bytes in use may drop before it tells the peak counter; see publish().
 constexpr uint64_t kPublishSlack = uint64_t{16} << 20;
+
+// The status of the exception being handled, as the C boundary reports it.
+gpumem_status_t current_status() {
+  try {
+    throw;
+  } catch (const Error& e) {
+    return e.status();
+  } catch (const std::bad_alloc&) {
+    return GPUMEM_ERROR_OUT_OF_MEMORY;
+  } catch (...) {
+    return GPUMEM_ERROR_INTERNAL;
+  }
+}
 
 // Arena::allocs_seen of an arena no other stream has looked into yet.
 constexpr uint64_t kNeverSeen = UINT64_MAX;
@@ -103,7 +114,7 @@ struct alignas(64) Pool::Arena {
 };
 
 // Arenas by key, open addressing, read without a lock: a slot is written once, under mutex_, and a
-// full table is replaced by a copy twice its size while readers may still use the old one.
+// half-full table is replaced by a copy twice its size while readers may still use the old one.
 struct Pool::ArenaTable {
   // The key is kept beside the arena so that a probe never reads another arena's cache lines,
   // which their owners write all the time.
@@ -327,9 +338,10 @@ Pool::Chunk* Pool::take(Arena& arena, size_t rounded) {
 // adds to published_in_use_ when its bytes in use rise above what it last published, and takes
 // away when they fall more than kPublishSlack below it, or at once when the thread that
 // published last frees (with one arena, never: it publishes only values it had). The sum is never
-// below the bytes in use, so the peak taken from it never is either; with one thread at a time it
-// is exact, and with several at once over by at most kPublishSlack for each arena in use. Only
-// the thread that published last writes the counter on every call; the others, none.
+// below the bytes in use, so the peak taken from it never is either. While a single thread uses
+// the pool it is exact; with more threads, even taking turns, it may be over by up to
+// kPublishSlack for each arena. Only the thread that published last writes the counter on every
+// call; the others, none.
 void Pool::publish(Arena& a) {
   const uint64_t delta = a.in_use - a.published;  // wraps for a drop: the atomic add wraps back
   a.published = a.in_use;
@@ -373,10 +385,12 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
   const size_t rounded = (size + kRound - 1) / kRound * kRound;
   mem_size = rounded;
   Arena& arena = arena_for(stream);
-  {
+  const auto take_own = [&]() -> void* {
     std::lock_guard<SpinLock> lock(arena.lock);
-    if (Chunk* c = take(arena, rounded)) return hand_out(c, size, stream);
-  }
+    Chunk* c = take(arena, rounded);
+    return c ? hand_out(c, size, stream) : nullptr;
+  };
+  if (void* p = take_own()) return p;
   // The slow path: frees whose other streams have finished, then another stream's free memory,
   // before the upstream.
   bool has_pending;
@@ -390,10 +404,8 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
   } catch (const Error&) {
     // A fence the driver could not answer for keeps its chunk pending; this allocation goes on.
   }
-  if (settled) {
-    std::lock_guard<SpinLock> lock(arena.lock);
-    if (Chunk* c = take(arena, rounded)) return hand_out(c, size, stream);
-  }
+  if (settled)
+    if (void* p = take_own()) return p;
   if (void* p = take_block_across(arena, rounded, size, stream)) return p;
   bool beyond_limit;
   {
@@ -437,10 +449,8 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
       }
       runner(device(), size);
     }
-    if (attempt > 0) {
-      std::lock_guard<SpinLock> lock(arena.lock);
-      if (Chunk* c = take(arena, rounded)) return hand_out(c, size, stream);
-    }
+    if (attempt > 0)
+      if (void* p = take_own()) return p;
     bool over_limit = false;
     try {
       if (void* p = grow(arena, size, rounded, stream, over_limit)) return p;
@@ -480,15 +490,8 @@ void* Pool::grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stre
     block = upstream_->allocate(rounded, stream);
   } catch (...) {
     done_growing(false);
-    gpumem_status_t status = GPUMEM_ERROR_OUT_OF_MEMORY;  // what a bad_alloc means
-    try {
-      throw;
-    } catch (const Error& e) {
-      status = e.status();
-    } catch (...) {
-    }
     if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_POST))
-      run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_POST, rounded, rounded, nullptr, stream, status);
+      run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_POST, rounded, rounded, nullptr, stream, current_status());
     throw;
   }
   if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_POST))
@@ -516,6 +519,8 @@ void* Pool::grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stre
   c->ptr = reinterpret_cast<uintptr_t>(block);
   c->size = rounded;
   c->cls = size_class(rounded);
+  // In use on its stream again: a new stream at a destroyed one's address, which may lend.
+  if (stream_key(stream) == arena.key) arena.unfenceable = false;
   void* p = hand_out(c, size, stream);
   lock.unlock();
   done_growing(true);
@@ -564,6 +569,7 @@ void Pool::do_deallocate(void* p, gpumem_stream_t stream) {
     fences.reserve(others.size());
     for (gpumem_stream_t other : others) fences.push_back(order_->record(other));
     std::lock_guard<SpinLock> shared(mutex_);
+    pending_frees_.reserve(pending_frees_.size() + 1);  // before fences move: a failure keeps them to release
     pending_frees_.push_back(Pending{c, std::move(fences)});
     // Counted as freed before a settler, which needs mutex_ to see it, can finish it.
     std::lock_guard<SpinLock> own(arena.lock);
@@ -617,7 +623,12 @@ void Pool::finish_free(Chunk* c, bool undo) {
 bool Pool::settle_pending(bool wait) {
   // One settler at a time: the fences it asks about stay unreleased until it is done. Frees may
   // still queue new pending chunks meanwhile; they wait for the next settler.
-  std::lock_guard<std::mutex> settling(settle_mutex_);
+  std::unique_lock<std::mutex> settling(settle_mutex_, std::defer_lock);
+  if (wait) {
+    settling.lock();
+  } else if (!settling.try_lock()) {
+    return false;  // another thread is settling, perhaps waiting on the GPU: this one goes on
+  }
   std::vector<Pending> snapshot;
   {
     std::lock_guard<SpinLock> lock(mutex_);
@@ -676,10 +687,13 @@ bool Pool::fence_after(Arena& source, gpumem_stream_t stream) {
       order_->synchronize(fence);
     else
       order_->wait(stream, fence);
-  } catch (const Error&) {
+  } catch (...) {
+    // The caller takes its memory back whatever went wrong; only a driver's refusal to record
+    // says the stream is gone (no host memory for an event says nothing about it).
     if (fence) {
       order_->release(fence);
-    } else {
+    } else if (const gpumem_status_t st = current_status();
+               st != GPUMEM_ERROR_OUT_OF_MEMORY && st != GPUMEM_ERROR_INTERNAL) {
       std::lock_guard<SpinLock> lock(source.lock);
       source.unfenceable = true;  // its stream is gone: lend none of its memory again
     }
@@ -901,9 +915,13 @@ alloc::Stats Pool::stats() {
 void Pool::reset_peaks() {
   std::lock_guard<SpinLock> lock(mutex_);
   stats_.peak_reserved = stats_.reserved;
+  // Every arena held at once, so that no allocation raises the peak between the publishing and
+  // the store that would overwrite it.
+  std::vector<ArenaLock> locks;
+  locks.reserve(arenas_.size());
   uint64_t in_use = 0;
   for (auto& a : arenas_) {
-    std::lock_guard<SpinLock> own(a->lock);
+    locks.emplace_back(a->lock);
     publish(*a);  // exact again, for the new peak to start from
     in_use += a->in_use;
   }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <new>
 #include <set>
 #include <string>
 
@@ -28,7 +29,7 @@ int failures = 0;
   } while (0)
 
 gpumem_stream_t stream(int n) { return reinterpret_cast<gpumem_stream_t>(uintptr_t(0x1000) * n); }
-const gpumem_stream_t kS1 = stream(1), kS2 = stream(2), kS3 = stream(3), kDead = stream(9);
+const gpumem_stream_t kS1 = stream(1), kS2 = stream(2), kS3 = stream(3), kDead = stream(9), kNoHostMemory = stream(10);
 
 // Each stream has work queued and work done; a fence is a stream and a count of queued work.
 struct FakeOrder : StreamOrder {
@@ -38,13 +39,15 @@ struct FakeOrder : StreamOrder {
   };
   std::map<gpumem_stream_t, int> queued, done;
   std::set<F*> live;
-  int records = 0, waits = 0, host_waits = 0, releases = 0;
+  int attempts = 0, records = 0, waits = 0, host_waits = 0, releases = 0;
   std::string log;
 
   void work(gpumem_stream_t s) { ++queued[s]; }
   void finish(gpumem_stream_t s) { done[s] = queued[s]; }
   Fence record(gpumem_stream_t s) override {
+    ++attempts;
     if (s == kDead) gpumem::fail(GPUMEM_ERROR_DRIVER, "the stream was destroyed");
+    if (s == kNoHostMemory) throw std::bad_alloc();
     ++records;
     auto* f = new F{s, queued[s]};
     live.insert(f);
@@ -260,6 +263,24 @@ void a_busy_stream_keeps_its_only_block() {
   s.pool->check_invariants();
 }
 
+void a_fence_that_cannot_be_made_keeps_the_block_where_it_was() {
+  const char* test = "a_fence_that_cannot_be_made_keeps_the_block_where_it_was";
+  Setup s(0, StreamReuse::kFenceWait);
+  void* p = s.alloc(8192, kNoHostMemory);
+  s.free(p, kNoHostMemory);
+  void* q = s.alloc(8192, kS2);  // taking p needs a fence, which fails for want of host memory
+  CHECK(q != p && s.reserved() == 2 * 8192 && s.order.attempts == 1);
+  s.pool->check_invariants();    // p is free in its own arena again, neither lost nor in transit
+  void* r = s.alloc(8192, kS3);  // not taken for a destroyed stream: tried again, fails again
+  CHECK(r != p && r != q && s.order.attempts == 2);
+  CHECK(s.alloc(8192, kNoHostMemory) == p);
+  s.free(p, kNoHostMemory);
+  s.free(q, kS2);
+  s.free(r, kS3);
+  s.pool->release(nullptr, true);
+  CHECK(s.reserved() == 0 && s.order.live.empty());
+}
+
 void a_block_much_bigger_than_asked_stays_with_its_stream() {
   const char* test = "a_block_much_bigger_than_asked_stays_with_its_stream";
   Setup s(0, StreamReuse::kFenceWait);
@@ -394,6 +415,7 @@ int main() {
   reuse_across_streams_by_policy();
   a_busy_stream_keeps_its_only_block();
   a_block_much_bigger_than_asked_stays_with_its_stream();
+  a_fence_that_cannot_be_made_keeps_the_block_where_it_was();
   pieces_are_lent_only_when_the_pool_cannot_grow();
   per_thread_stream_lends_and_borrows_nothing();
   destroyed_stream_lends_nothing();
