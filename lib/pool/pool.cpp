@@ -53,6 +53,9 @@ gpumem_status_t current_status() {
   }
 }
 
+// A free block its stream did not take again in this many of its allocations is spare.
+constexpr uint64_t kStaleAllocs = 16;
+
 // Arena::allocs_seen of an arena no other stream has looked into yet.
 constexpr uint64_t kNeverSeen = UINT64_MAX;
 
@@ -75,6 +78,7 @@ struct Pool::Chunk {
   int cls;                             // the size class of its size (kept while in use, for the free)
   bool in_use;                         // handed out, or freed and pending: never merged
   bool pending;                        // freed, waiting for fences in pending_frees_
+  uint64_t freed_at;                   // free: its arena's allocation count when it was freed
 };
 
 // Aligned to a cache line so that one thread's arena shares no line with another's.
@@ -617,6 +621,7 @@ void Pool::finish_free(Chunk* c, bool undo) {
     absorb(pv, c);
     c = pv;
   }
+  c->freed_at = arena.allocs;
   insert_free(arena, c, merged ? size_class(c->size) : c->cls);
 }
 
@@ -710,10 +715,11 @@ void* Pool::take_block_across(Arena& own, size_t rounded, size_t size, gpumem_st
     if (!may_lend(*other, own, stream)) continue;
     std::lock_guard<SpinLock> lock(other->lock);
     if (other->unfenceable) continue;
-    // A busy stream that frees a block takes it again at once: taking its only fitting block
-    // would make it take one back in turn, each time through a fence. So a block is taken from a
-    // stream seen for the first time, or idle since last seen (no allocation), or that has
-    // another fitting block to spare.
+    // A busy stream that frees a block often takes it again at once: taking its only fitting
+    // block would make it take one back in turn, each time through a fence. So a block is taken
+    // from a stream seen for the first time, or idle since last seen (no allocation), or that
+    // has another fitting block to spare, or that left this one unused for kStaleAllocs of its
+    // own allocations.
     const bool first_seen = other->allocs_seen == kNeverSeen;
     const bool idle = other->allocs == other->allocs_seen;
     other->allocs_seen = other->allocs;
@@ -727,7 +733,7 @@ void* Pool::take_block_across(Arena& own, size_t rounded, size_t size, gpumem_st
          cls = other->find_from(cls + 1))
       for (Chunk* f = other->heads[cls]; f && budget > 0 && fitting < 2; f = f->free_next, --budget)
         if (!f->prev && !f->next && f->size >= rounded && f->size <= most && !fitting++) found = f;
-    if (found && (first_seen || idle || fitting > 1)) {
+    if (found && (first_seen || idle || fitting > 1 || other->allocs - found->freed_at >= kStaleAllocs)) {
       c = found;
       remove_free(*other, c);
       c->in_use = c->pending = true;  // in transit: neither free nor anyone's, so a free of it is refused

@@ -263,6 +263,24 @@ void a_busy_stream_keeps_its_only_block() {
   s.pool->check_invariants();
 }
 
+void a_block_left_unused_by_a_busy_stream_is_spare() {
+  const char* test = "a_block_left_unused_by_a_busy_stream_is_spare";
+  Setup s(0, StreamReuse::kFenceWait);
+  void* big = s.alloc(65536, kS1);
+  s.free(s.alloc(512, kS1), kS1);   // a block of its own for the small allocations below
+  s.free(s.alloc(8192, kS2), kS2);  // S2 has looked at S1 once (it had nothing free then)
+  s.free(big, kS1);
+  for (int i = 0; i < 15; ++i) s.free(s.alloc(512, kS1), kS1);  // busy, but not with big
+  void* kept = s.alloc(40000, kS2);                             // within 16 allocations of its free: S1 keeps it
+  CHECK(kept != big);
+  for (int i = 0; i < 16; ++i) s.free(s.alloc(512, kS1), kS1);
+  void* taken = s.alloc(40000, kS2);
+  CHECK(taken == big);  // 16 of S1's allocations went by without it: it is spare
+  s.free(taken, kS2);
+  s.free(kept, kS2);
+  s.pool->check_invariants();
+}
+
 void a_fence_that_cannot_be_made_keeps_the_block_where_it_was() {
   const char* test = "a_fence_that_cannot_be_made_keeps_the_block_where_it_was";
   Setup s(0, StreamReuse::kFenceWait);
@@ -414,6 +432,7 @@ int main() {
   failed_fence_leaves_the_allocation_live();
   reuse_across_streams_by_policy();
   a_busy_stream_keeps_its_only_block();
+  a_block_left_unused_by_a_busy_stream_is_spare();
   a_block_much_bigger_than_asked_stays_with_its_stream();
   a_fence_that_cannot_be_made_keeps_the_block_where_it_was();
   pieces_are_lent_only_when_the_pool_cannot_grow();
