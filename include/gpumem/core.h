@@ -47,7 +47,8 @@ enum gpumem_status {
   GPUMEM_ERROR_DRIVER = -11,            /**< Another CUDA error; see gpumem_last_cuda_result(). */
   GPUMEM_ERROR_INTERNAL = -12,          /**< A defect in gpumem; the detail says where. */
   GPUMEM_ERROR_NOT_OWNED = -13,         /**< The allocator did not hand out this pointer, or it is freed already. */
-  GPUMEM_ERROR_BUSY = -14               /**< The handle is in use: live allocations, or another object relies on it. */
+  GPUMEM_ERROR_BUSY = -14,              /**< The handle is in use: live allocations, or another object relies on it. */
+  GPUMEM_ERROR_IO = -15                 /**< A file could not be opened, read or written (@since 0.3.0). */
 };
 
 /**

@@ -18,5 +18,6 @@
 #include "pin.h"
 #include "pointer.h"
 #include "pool.h"
+#include "trace.h"
 
 #endif /* GPUMEM_H */

@@ -33,36 +33,74 @@ void Allocator::set_peer_access(int peer_device, bool) {
   fail(GPUMEM_ERROR_NOT_SUPPORTED, "the %s allocator's memory cannot be opened to device %d", kind_, peer_device);
 }
 
+Allocator::~Allocator() {
+  // Whatever it recorded stays readable: the file is completed. A failure to write it was the
+  // caller's to hear from gpumem_trace_stop(), which can no longer reach this allocator.
+  if (trace::Recorder* r = recorder_.exchange(nullptr)) {
+    try {
+      r->close();
+    } catch (...) {
+    }
+  }
+}
+
 void* Allocator::allocate(size_t size, gpumem_stream_t stream) {
-  if (!hooked(GPUMEM_HOOK_MALLOC_PRE | GPUMEM_HOOK_MALLOC_POST)) {
+  if (!hooked(GPUMEM_HOOK_MALLOC_PRE | GPUMEM_HOOK_MALLOC_POST | kTraced)) {
     size_t mem_size = 0;
     return do_allocate(size, stream, mem_size);
   }
-  run_hooks(GPUMEM_HOOK_MALLOC_PRE, size, 0, nullptr, stream, GPUMEM_SUCCESS);
+  if (hooked(GPUMEM_HOOK_MALLOC_PRE)) run_hooks(GPUMEM_HOOK_MALLOC_PRE, size, 0, nullptr, stream, GPUMEM_SUCCESS);
   size_t mem_size = 0;
   void* p = nullptr;
   try {
     p = do_allocate(size, stream, mem_size);
   } catch (const Error& e) {
-    run_hooks(GPUMEM_HOOK_MALLOC_POST, size, 0, nullptr, stream, e.status());
+    record(trace::Event::kAllocFailed, size, 0, nullptr, stream, e.status());
+    if (hooked(GPUMEM_HOOK_MALLOC_POST)) run_hooks(GPUMEM_HOOK_MALLOC_POST, size, 0, nullptr, stream, e.status());
     throw;
   }
-  run_hooks(GPUMEM_HOOK_MALLOC_POST, size, mem_size, p, stream, GPUMEM_SUCCESS);
+  record(trace::Event::kAlloc, size, mem_size, p, stream);
+  if (hooked(GPUMEM_HOOK_MALLOC_POST)) run_hooks(GPUMEM_HOOK_MALLOC_POST, size, mem_size, p, stream, GPUMEM_SUCCESS);
   return p;
 }
 
 void Allocator::deallocate(void* p, gpumem_stream_t stream) {
-  if (!hooked(GPUMEM_HOOK_FREE_PRE | GPUMEM_HOOK_FREE_POST)) return do_deallocate(p, stream);
+  if (!hooked(GPUMEM_HOOK_FREE_PRE | GPUMEM_HOOK_FREE_POST | kTraced)) return do_deallocate(p, stream);
+  const bool hooks = hooked(GPUMEM_HOOK_FREE_PRE | GPUMEM_HOOK_FREE_POST);
   size_t size = 0, mem_size = 0;
-  sizes_of(p, size, mem_size);
-  run_hooks(GPUMEM_HOOK_FREE_PRE, size, mem_size, p, stream, GPUMEM_SUCCESS);
+  if (hooks) sizes_of(p, size, mem_size);
+  if (hooked(GPUMEM_HOOK_FREE_PRE)) run_hooks(GPUMEM_HOOK_FREE_PRE, size, mem_size, p, stream, GPUMEM_SUCCESS);
   try {
     do_deallocate(p, stream);
   } catch (const Error& e) {
-    run_hooks(GPUMEM_HOOK_FREE_POST, size, mem_size, p, stream, e.status());
+    if (hooked(GPUMEM_HOOK_FREE_POST)) run_hooks(GPUMEM_HOOK_FREE_POST, size, mem_size, p, stream, e.status());
     throw;
   }
-  run_hooks(GPUMEM_HOOK_FREE_POST, size, mem_size, p, stream, GPUMEM_SUCCESS);
+  record(trace::Event::kFree, 0, 0, p, stream);  // only frees that happened: a replay repeats them
+  if (hooked(GPUMEM_HOOK_FREE_POST)) run_hooks(GPUMEM_HOOK_FREE_POST, size, mem_size, p, stream, GPUMEM_SUCCESS);
+}
+
+trace::Recorder* Allocator::start_trace(const std::string& path) {
+  std::lock_guard<std::mutex> lock(hooks_mutex_);  // one start or stop at a time, with the hooks
+  if (trace::Recorder* r = recorder_.load())
+    fail(GPUMEM_ERROR_BUSY, "the %s allocator is being traced already, to %s; stop that trace first", kind_,
+         r->path().c_str());
+  auto* r = new trace::Recorder(path, device_, kind_);
+  r->owner = this;
+  recorder_.store(r, std::memory_order_release);
+  hook_events_.fetch_or(kTraced, std::memory_order_release);
+  return r;
+}
+
+void Allocator::stop_trace(trace::Recorder* r) {
+  {
+    std::lock_guard<std::mutex> lock(hooks_mutex_);
+    if (recorder_.load() == r) {
+      recorder_.store(nullptr, std::memory_order_release);
+      hook_events_.fetch_and(~kTraced, std::memory_order_release);
+    }
+  }
+  r->close();  // a thread still recording into it finds it closed: the record is dropped
 }
 
 Stats Allocator::stats() {
@@ -91,7 +129,7 @@ void Allocator::remove_hook(uint64_t id) {
     fail(GPUMEM_ERROR_INVALID_ARGUMENT, "no hook with id %llu is on this allocator",
          static_cast<unsigned long long>(id));
   hooks_.erase(it);
-  uint32_t events = 0;
+  uint32_t events = recorder_.load() ? kTraced : 0;
   for (const Hook& h : hooks_) events |= h.events;
   hook_events_.store(events, std::memory_order_release);
 }

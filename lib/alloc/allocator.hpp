@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "core/spin_lock.hpp"
 #include "gpumem/allocator.h"
+#include "trace/trace.hpp"
 
 struct gpumem_allocator_s {
   // A live handle carries this; destroy clears it, so a stale or foreign handle is refused.
@@ -65,7 +66,7 @@ struct Stats {
 class Allocator : public gpumem_allocator_s {
  public:
   Allocator(int device, const char* kind) : device_(device), kind_(kind) {}
-  virtual ~Allocator() = default;
+  virtual ~Allocator();
 
   // The memory of a destroyed allocator is never given back nor reused: a stale handle then still
   // points at readable memory whose mark says "destroyed".
@@ -90,6 +91,11 @@ class Allocator : public gpumem_allocator_s {
   virtual void reset_peaks();
   uint64_t add_hook(uint32_t events, gpumem_hook_fn fn, void* user_data);
   void remove_hook(uint64_t id);
+  // Starts recording this allocator's events to a new file at path; BUSY if it is recorded
+  // already. The recorder stays the caller's handle until stop_trace().
+  trace::Recorder* start_trace(const std::string& path);
+  // Stops the recording (if still this allocator's), then flushes and closes its file.
+  void stop_trace(trace::Recorder* recorder);
 
   // Pools built on this allocator, and places it is installed as a default: destroy waits for 0.
   void retain() { users_.fetch_add(1, std::memory_order_relaxed); }
@@ -126,7 +132,16 @@ class Allocator : public gpumem_allocator_s {
   // of this allocator's.
   virtual void sizes_of(void* p, size_t& size, size_t& mem_size) = 0;
 
+  // A bit of hook_events_ beside the hooks' own: a trace is being recorded. One load on the fast
+  // path tells whether anything observes a call.
+  static constexpr uint32_t kTraced = 0x80000000u;
   bool hooked(uint32_t event) const { return hook_events_.load(std::memory_order_acquire) & event; }
+  // Adds a record to the trace being recorded, if any.
+  void record(trace::Event event, uint64_t size, uint64_t mem_size, const void* p, gpumem_stream_t stream,
+              gpumem_status_t status = GPUMEM_SUCCESS) noexcept {
+    if (trace::Recorder* r = recorder_.load(std::memory_order_acquire))
+      r->record(event, size, mem_size, p, stream, status);
+  }
   void run_hooks(uint32_t event, size_t size, size_t mem_size, void* p, gpumem_stream_t stream,
                  gpumem_status_t status) noexcept;
 
@@ -146,7 +161,8 @@ class Allocator : public gpumem_allocator_s {
   bool permanent_ = false;
   std::mutex hooks_mutex_;
   std::vector<Hook> hooks_;
-  std::atomic<uint32_t> hook_events_{0};  // union of the hooks' masks: one load on the fast path
+  std::atomic<uint32_t> hook_events_{0};  // union of the hooks' masks, and kTraced: one load on the fast path
+  std::atomic<trace::Recorder*> recorder_{nullptr};
   uint64_t next_hook_id_ = 1;
 };
 

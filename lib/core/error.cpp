@@ -21,7 +21,8 @@ namespace gpumem {
   X(GPUMEM_ERROR_DRIVER, "CUDA driver error")                                          \
   X(GPUMEM_ERROR_INTERNAL, "internal error in gpumem")                                 \
   X(GPUMEM_ERROR_NOT_OWNED, "pointer was not allocated by this allocator")             \
-  X(GPUMEM_ERROR_BUSY, "handle is still in use")
+  X(GPUMEM_ERROR_BUSY, "handle is still in use")                                       \
+  X(GPUMEM_ERROR_IO, "file could not be opened, read or written")
 
 const char* status_name(gpumem_status_t status) noexcept {
   switch (status) {

@@ -498,6 +498,7 @@ void* Pool::grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stre
       run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_POST, rounded, rounded, nullptr, stream, current_status());
     throw;
   }
+  record(trace::Event::kUpstreamAlloc, rounded, rounded, block, stream);
   if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_POST))
     run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_POST, rounded, rounded, block, stream, GPUMEM_SUCCESS);
   ArenaLock lock(arena.lock);
@@ -849,6 +850,7 @@ void Pool::give_back(std::vector<Block>& blocks) {
   for (const Block& b : blocks) {
     try {
       upstream_->deallocate(reinterpret_cast<void*>(b.ptr), b.arena->stream);
+      record(trace::Event::kUpstreamFree, b.size, b.size, reinterpret_cast<void*>(b.ptr), b.arena->stream);
       std::lock_guard<SpinLock> lock(mutex_);
       stats_.on_unreserve(b.size);
     } catch (...) {

@@ -31,6 +31,7 @@ static const struct status_row kStatuses[] = {
     {GPUMEM_ERROR_INTERNAL, -12, "GPUMEM_ERROR_INTERNAL"},
     {GPUMEM_ERROR_NOT_OWNED, -13, "GPUMEM_ERROR_NOT_OWNED"},
     {GPUMEM_ERROR_BUSY, -14, "GPUMEM_ERROR_BUSY"},
+    {GPUMEM_ERROR_IO, -15, "GPUMEM_ERROR_IO"},
 };
 #define STATUS_COUNT (sizeof kStatuses / sizeof kStatuses[0])
 
@@ -61,7 +62,7 @@ static void test_status_messages_nonempty_and_distinct(void** state) {
 
 static void test_status_unknown_values(void** state) {
   (void)state;
-  const gpumem_status_t unknown[] = {1, -15, 100, -100, INT32_MIN, INT32_MAX};
+  const gpumem_status_t unknown[] = {1, -16, 100, -100, INT32_MIN, INT32_MAX};
   for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; ++i) {
     assert_string_equal(gpumem_status_name(unknown[i]), "GPUMEM_UNKNOWN_STATUS");
     assert_string_equal(gpumem_status_string(unknown[i]), "unknown status");

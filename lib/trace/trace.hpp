@@ -1,0 +1,109 @@
+// Allocation traces: the recorder an allocator writes its events through, and the reader that
+// gives them back. The file format is docs/trace-format.md. Knows nothing about CUDA.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gpumem/core.h"
+
+namespace gpumem::trace {
+
+// The kinds of record; their values are the format's and never change.
+enum class Event : uint8_t {
+  kAlloc = 1,          // size asked, mem_size handed out, address
+  kFree = 2,           // address
+  kUpstreamAlloc = 3,  // a pool took a block of size bytes at address from its upstream
+  kUpstreamFree = 4,   // a pool gave the block of size bytes at address back
+  kAllocFailed = 5,    // size asked, status
+};
+
+struct Record {
+  Event event{};
+  uint32_t thread = 0;   // a small number per thread of the recording process, from 1
+  uint64_t time_ns = 0;  // since the recording started
+  uint64_t stream = 0;
+  uint64_t address = 0;
+  uint64_t size = 0;
+  uint64_t mem_size = 0;
+  int32_t status = 0;
+};
+
+struct Header {
+  uint32_t version = 0;
+  int32_t device = -1;         // the traced allocator's device; -1 for host memory
+  uint64_t start_unix_ns = 0;  // wall-clock time at the start of the recording
+  std::string kind;            // the traced allocator's kind ("pool", "device", ...)
+};
+
+constexpr char kMagic[8] = {'G', 'P', 'U', 'M', 'E', 'M', 'T', 'R'};
+constexpr uint32_t kVersion = 1;
+
+// Writes one allocator's events to a file, in the order they are recorded. Thread-safe. Its
+// memory is never freed, so that a thread still inside record() when the recording stops finds
+// it closed rather than gone.
+class Recorder {
+ public:
+  // A live recording carries this; stopping clears it, so a stale handle is refused.
+  static constexpr uint64_t kLive = 0x7472616365616c21;  // "traceal!"
+  uint64_t magic = kLive;
+  void* owner = nullptr;  // the allocator that records into it
+
+  // Creates path and writes the header; throws GPUMEM_ERROR_IO.
+  Recorder(const std::string& path, int device, const char* kind);
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+  static void* operator new(size_t size);
+  static void operator delete(void* p, size_t size) noexcept;
+
+  // Appends a record; never throws. After a write failure nothing more is recorded and close()
+  // reports it.
+  void record(Event event, uint64_t size, uint64_t mem_size, const void* address, const void* stream,
+              gpumem_status_t status) noexcept;
+  // Writes what is buffered and closes the file; throws GPUMEM_ERROR_IO for any failure since the
+  // start. Later calls, and records, do nothing.
+  void close();
+  const std::string& path() const { return path_; }
+
+ private:
+  void flush_locked();  // under mutex_; notes a failure in error_
+
+  std::mutex mutex_;
+  const std::string path_;
+  std::FILE* file_ = nullptr;
+  std::vector<unsigned char> buffer_;
+  uint64_t start_ns_ = 0;  // steady clock at the start
+  uint64_t last_ns_ = 0;
+  uint64_t last_address_ = 0;
+  std::string error_;  // the first failure, reported by close()
+};
+
+// Reads a trace file written by Recorder; throws GPUMEM_ERROR_IO for a file that cannot be read
+// or is not a gpumem trace, naming the offset of the first bad byte.
+class Reader {
+ public:
+  explicit Reader(const std::string& path);
+  const Header& header() const { return header_; }
+  // The next record; false at the end of the file.
+  bool next(Record& out);
+
+ private:
+  uint64_t varint();
+  int64_t zigzag() {
+    const uint64_t v = varint();
+    return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1);
+  }
+  [[noreturn]] void bad(const char* what) const;
+
+  std::string path_;
+  std::vector<unsigned char> data_;
+  size_t at_ = 0;
+  Header header_;
+  uint64_t time_ns_ = 0;
+  uint64_t address_ = 0;
+};
+
+}  // namespace gpumem::trace

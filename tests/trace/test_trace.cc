@@ -1,0 +1,223 @@
+// Trace recording: what a traced allocator did comes back from the file, record by record, in
+// order, with the sizes, addresses and streams of the calls; and every refusal of the C calls.
+// Through the library's objects, as the reader is not in the ABI. Needs no GPU.
+#include <gpumem/gpumem.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.hpp"
+#include "trace/trace.hpp"
+
+namespace {
+
+using gpumem::trace::Event;
+using gpumem::trace::Reader;
+using gpumem::trace::Record;
+
+int failures = 0;
+#define CHECK(cond)                                                    \
+  do {                                                                 \
+    if (!(cond)) {                                                     \
+      std::printf("%s:%d: %s: %s\n", __FILE__, __LINE__, test, #cond); \
+      ++failures;                                                      \
+    }                                                                  \
+  } while (0)
+
+std::string temp_path(const char* name) {
+  const char* dir = std::getenv("TMPDIR");
+  return std::string(dir && *dir ? dir : "/tmp") + "/gpumem_" + name + "_" + std::to_string(getpid()) + ".trace";
+}
+
+std::vector<Record> read_all(const std::string& path, gpumem::trace::Header* header = nullptr) {
+  Reader reader(path);
+  if (header) *header = reader.header();
+  std::vector<Record> out;
+  Record r;
+  while (reader.next(r)) out.push_back(r);
+  return out;
+}
+
+gpumem_stream_t stream(uintptr_t n) { return reinterpret_cast<gpumem_stream_t>(n); }
+
+struct HostPool {
+  gpumem_allocator_t* host = nullptr;
+  gpumem_allocator_t* pool = nullptr;
+  explicit HostPool(uint64_t limit = 0) {
+    gpumem_allocator_create_host(0, &host);
+    gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
+    params.upstream = host;
+    params.limit = limit;
+    gpumem_pool_create(&params, &pool);
+  }
+  ~HostPool() {
+    gpumem_allocator_destroy_force(pool);
+    gpumem_allocator_destroy(host);
+  }
+};
+
+void records_what_the_pool_did() {
+  const char* test = "records_what_the_pool_did";
+  const std::string path = temp_path(test);
+  HostPool h(1 << 20);
+  gpumem_trace_t* trace = nullptr;
+  CHECK(gpumem_trace_start(h.pool, path.c_str(), 0, &trace) == GPUMEM_SUCCESS && trace);
+  void* a = nullptr;
+  void* b = nullptr;
+  void* c = nullptr;
+  gpumem_alloc(h.pool, 1000, stream(0x1000), &a);     // grows: upstream 1024, then the allocation
+  gpumem_free(h.pool, a, stream(0x1000));             // a free
+  gpumem_alloc(h.pool, 600, stream(0x1000), &b);      // from the cache: no upstream record
+  gpumem_alloc(h.pool, 2 << 20, stream(0x2000), &c);  // beyond the limit: a failed allocation
+  CHECK(c == nullptr);
+  gpumem_free(h.pool, b, stream(0x1000));
+  gpumem_pool_release(h.pool, nullptr, GPUMEM_POOL_RELEASE_ALL_STREAMS);    // the block goes back
+  CHECK(gpumem_free(h.pool, b, stream(0x1000)) == GPUMEM_ERROR_NOT_OWNED);  // refused: not recorded
+  CHECK(gpumem_trace_stop(trace) == GPUMEM_SUCCESS);
+
+  gpumem::trace::Header header;
+  const std::vector<Record> r = read_all(path, &header);
+  CHECK(header.version == 1 && header.device == -1 && header.kind == "pool");
+  const Event want[] = {Event::kUpstreamAlloc, Event::kAlloc, Event::kFree,        Event::kAlloc,
+                        Event::kAllocFailed,   Event::kFree,  Event::kUpstreamFree};
+  CHECK(r.size() == sizeof want / sizeof want[0]);
+  for (size_t i = 0; i < r.size() && i < sizeof want / sizeof want[0]; ++i) CHECK(r[i].event == want[i]);
+  if (r.size() == 7) {
+    const auto addr = [](void* p) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)); };
+    CHECK(r[0].size == 1024 && r[0].address == addr(a) && r[0].stream == 0x1000);
+    CHECK(r[1].size == 1000 && r[1].mem_size == 1024 && r[1].address == addr(a) && r[1].stream == 0x1000);
+    CHECK(r[2].address == addr(a) && r[2].stream == 0x1000);
+    CHECK(r[3].size == 600 && r[3].mem_size == 1024 && r[3].address == addr(b));
+    CHECK(r[4].size == (2u << 20) && r[4].status == GPUMEM_ERROR_OUT_OF_MEMORY && r[4].stream == 0x2000);
+    CHECK(r[5].address == addr(b));
+    CHECK(r[6].size == 1024 && r[6].address == addr(a));
+    for (size_t i = 1; i < r.size(); ++i) CHECK(r[i].time_ns >= r[i - 1].time_ns);
+    for (const Record& x : r) CHECK(x.thread == r[0].thread && x.thread > 0);
+  }
+  std::remove(path.c_str());
+}
+
+void many_threads_and_many_records() {
+  const char* test = "many_threads_and_many_records";
+  const std::string path = temp_path(test);
+  HostPool h;
+  gpumem_trace_t* trace = nullptr;
+  CHECK(gpumem_trace_start(h.pool, path.c_str(), 0, &trace) == GPUMEM_SUCCESS);
+  constexpr int kThreads = 4, kPairs = 20000;  // several flushes of the 64 KiB buffer
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPairs; ++i) {
+        void* p = nullptr;
+        gpumem_alloc(h.pool, 512 * (1 + (i + t) % 7), stream(0x1000 * (t + 1)), &p);
+        gpumem_free(h.pool, p, stream(0x1000 * (t + 1)));
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(gpumem_trace_stop(trace) == GPUMEM_SUCCESS);
+  const std::vector<Record> r = read_all(path);
+  size_t allocs = 0, frees = 0;
+  std::vector<size_t> per_thread_live(64, 0);
+  bool balanced = true;
+  for (const Record& x : r) {
+    if (x.event == Event::kAlloc) ++allocs;
+    if (x.event == Event::kFree) ++frees;
+    // Each thread frees what it allocated before allocating again: its records alternate.
+    if (x.thread < per_thread_live.size()) {
+      if (x.event == Event::kAlloc) balanced = balanced && per_thread_live[x.thread]++ == 0;
+      if (x.event == Event::kFree) balanced = balanced && per_thread_live[x.thread]-- == 1;
+    }
+  }
+  CHECK(allocs == kThreads * kPairs && frees == kThreads * kPairs);
+  CHECK(balanced);
+  std::remove(path.c_str());
+}
+
+void refusals_change_nothing() {
+  const char* test = "refusals_change_nothing";
+  const std::string path = temp_path(test);
+  HostPool h;
+  gpumem_trace_t* trace = reinterpret_cast<gpumem_trace_t*>(&failures);
+  CHECK(gpumem_trace_start(h.pool, nullptr, 0, &trace) == GPUMEM_ERROR_INVALID_ARGUMENT && trace == nullptr);
+  CHECK(std::strstr(gpumem_last_error_detail(), "path is NULL"));
+  CHECK(gpumem_trace_start(h.pool, path.c_str(), 1, &trace) == GPUMEM_ERROR_INVALID_ARGUMENT);
+  CHECK(std::strstr(gpumem_last_error_detail(), "flags"));
+  CHECK(gpumem_trace_start(h.pool, path.c_str(), 0, nullptr) == GPUMEM_ERROR_INVALID_ARGUMENT);
+  const std::string unwritable = "/nonexistent-dir/x.trace";
+  CHECK(gpumem_trace_start(h.pool, unwritable.c_str(), 0, &trace) == GPUMEM_ERROR_IO && trace == nullptr);
+  CHECK(std::strstr(gpumem_last_error_detail(), "cannot create the trace file /nonexistent-dir/x.trace"));
+  CHECK(gpumem_trace_start(h.pool, path.c_str(), 0, &trace) == GPUMEM_SUCCESS);
+  gpumem_trace_t* second = nullptr;
+  CHECK(gpumem_trace_start(h.pool, path.c_str(), 0, &second) == GPUMEM_ERROR_BUSY && second == nullptr);
+  CHECK(std::strstr(gpumem_last_error_detail(), "being traced already"));
+  CHECK(gpumem_trace_stop(trace) == GPUMEM_SUCCESS);
+  CHECK(gpumem_trace_stop(trace) == GPUMEM_ERROR_INVALID_HANDLE);
+  CHECK(gpumem_trace_stop(nullptr) == GPUMEM_ERROR_INVALID_HANDLE);
+  // Stopped, it may be recorded again.
+  CHECK(gpumem_trace_start(h.pool, path.c_str(), 0, &trace) == GPUMEM_SUCCESS);
+  CHECK(gpumem_trace_stop(trace) == GPUMEM_SUCCESS);
+  CHECK(read_all(path).empty());
+  std::remove(path.c_str());
+}
+
+void destroying_the_allocator_completes_the_file() {
+  const char* test = "destroying_the_allocator_completes_the_file";
+  const std::string path = temp_path(test);
+  gpumem_trace_t* trace = nullptr;
+  {
+    HostPool h;
+    CHECK(gpumem_trace_start(h.pool, path.c_str(), 0, &trace) == GPUMEM_SUCCESS);
+    void* p = nullptr;
+    gpumem_alloc(h.pool, 4096, nullptr, &p);
+    gpumem_free(h.pool, p, nullptr);
+  }  // the pool goes, giving its block back: recorded, then the file is closed
+  const std::vector<Record> r = read_all(path);
+  CHECK(r.size() == 4 && r.back().event == Event::kUpstreamFree);
+  CHECK(gpumem_trace_stop(trace) == GPUMEM_SUCCESS);  // the handle is still the caller's to stop
+  std::remove(path.c_str());
+}
+
+void damaged_files_are_refused() {
+  const char* test = "damaged_files_are_refused";
+  const std::string path = temp_path(test);
+  const auto refused = [&](const char* detail) {
+    try {
+      read_all(path);
+    } catch (const gpumem::Error& e) {
+      return e.status() == GPUMEM_ERROR_IO && std::strstr(e.what(), detail) != nullptr;
+    }
+    return false;
+  };
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  std::fputs("not a trace at all, but long enough", f);
+  std::fclose(f);
+  CHECK(refused("is not a gpumem trace"));
+  HostPool h;
+  gpumem_trace_t* trace = nullptr;
+  gpumem_trace_start(h.pool, path.c_str(), 0, &trace);
+  void* p = nullptr;
+  gpumem_alloc(h.pool, 4096, nullptr, &p);
+  gpumem_trace_stop(trace);
+  gpumem_free(h.pool, p, nullptr);
+  CHECK(truncate(path.c_str(), 40) == 0);  // the header (34 bytes) and part of a record
+  CHECK(refused("a record ends early"));
+  std::remove(path.c_str());
+  CHECK(refused("cannot open the trace file"));
+}
+
+}  // namespace
+
+int main() {
+  records_what_the_pool_did();
+  many_threads_and_many_records();
+  refusals_change_nothing();
+  destroying_the_allocator_completes_the_file();
+  damaged_files_are_refused();
+  std::printf("%s\n", failures ? "FAILED" : "all trace cases passed");
+  return failures ? 1 : 0;
+}
