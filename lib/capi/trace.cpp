@@ -1,5 +1,12 @@
 // Trace recording at the C boundary.
 #include "gpumem/trace.h"
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
 #include "alloc/defaults.hpp"
 #include "capi/guard.hpp"
 
@@ -30,5 +37,100 @@ GPUMEM_API gpumem_status_t gpumem_trace_stop(gpumem_trace_t* trace) {
            static_cast<void*>(trace));
     r->magic = 0;
     static_cast<Allocator*>(r->owner)->stop_trace(r);
+  });
+}
+
+namespace {
+
+// A reader behind a handle. The shell is never freed, so that a closed handle is refused rather
+// than read after it is gone; closing frees the file's contents.
+struct ReaderHandle {
+  static constexpr uint64_t kLive = 0x7472726561646572;  // "trreader"
+  uint64_t magic = kLive;
+  std::unique_ptr<gpumem::trace::Reader> reader;
+  std::string damage;  // the first failure of next(), repeated by later calls
+
+  static void* operator new(size_t size) { return ::operator new(size); }
+  static void operator delete(void* p, size_t) noexcept {
+    static auto* closed = new std::vector<void*>;
+    static auto* mutex = new std::mutex;
+    std::lock_guard<std::mutex> lock(*mutex);
+    try {
+      closed->push_back(p);
+    } catch (...) {
+    }
+  }
+};
+
+ReaderHandle* reader_from(gpumem_trace_reader_t* handle) {
+  auto* h = reinterpret_cast<ReaderHandle*>(handle);
+  if (!h || h->magic != ReaderHandle::kLive)
+    fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not an open trace reader (closed already, or never opened)",
+         static_cast<void*>(handle));
+  return h;
+}
+
+}  // namespace
+
+GPUMEM_API gpumem_status_t gpumem_trace_reader_open(const char* path, gpumem_trace_reader_t** out_reader) {
+  return guard([&] {
+    require_out(out_reader, "out_reader");
+    *out_reader = nullptr;
+    require(path != nullptr, "path is NULL");
+    auto h = std::make_unique<ReaderHandle>();
+    h->reader = std::make_unique<gpumem::trace::Reader>(path);
+    *out_reader = reinterpret_cast<gpumem_trace_reader_t*>(h.release());
+  });
+}
+
+GPUMEM_API gpumem_status_t gpumem_trace_reader_get_header(gpumem_trace_reader_t* reader,
+                                                          gpumem_trace_header_t* out_header) {
+  return guard([&] {
+    gpumem::capi::fill_struct(out_header, "out_header", [&](gpumem_trace_header_t& out) {
+      const gpumem::trace::Header& h = reader_from(reader)->reader->header();
+      out.version = h.version;
+      out.device = h.device;
+      out.start_unix_ns = h.start_unix_ns;
+      const size_t n = std::min(h.kind.size(), sizeof out.kind - 1);
+      std::memcpy(out.kind, h.kind.data(), n);
+      out.kind[n] = '\0';
+    });
+  });
+}
+
+GPUMEM_API gpumem_status_t gpumem_trace_reader_next(gpumem_trace_reader_t* reader, gpumem_trace_record_t* out_record,
+                                                    bool* out_has_record) {
+  return guard([&] {
+    require_out(out_has_record, "out_has_record");
+    *out_has_record = false;
+    gpumem::capi::fill_struct(out_record, "out_record", [&](gpumem_trace_record_t& out) {
+      ReaderHandle* h = reader_from(reader);
+      if (!h->damage.empty()) fail(GPUMEM_ERROR_IO, "%s", h->damage.c_str());
+      gpumem::trace::Record r;
+      try {
+        if (!h->reader->next(r)) return;
+      } catch (const gpumem::Error& e) {
+        h->damage = e.what();
+        throw;
+      }
+      out.event = static_cast<uint32_t>(r.event);
+      out.thread = r.thread;
+      out.time_ns = r.time_ns;
+      out.stream = r.stream;
+      out.address = r.address;
+      out.size = r.size;
+      out.mem_size = r.mem_size;
+      out.status = r.status;
+      *out_has_record = true;
+    });
+  });
+}
+
+GPUMEM_API gpumem_status_t gpumem_trace_reader_close(gpumem_trace_reader_t* reader) {
+  return guard([&] {
+    if (!reader) return;
+    ReaderHandle* h = reader_from(reader);
+    h->magic = 0;
+    delete h;
   });
 }
