@@ -1,7 +1,10 @@
-/* gpumem: the command-line tool. `gpumem info` describes the driver and the devices. */
+/* gpumem: the command-line tool. `gpumem info` describes the driver and the devices; `gpumem replay`
+ * replays a trace through allocator configurations on any machine. */
 #include <gpumem/gpumem.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "replay.h"
 
 static const char* yes_no(bool b) { return b ? "yes" : "no"; }
 
@@ -56,11 +59,16 @@ static void usage(FILE* to) {
           "usage: gpumem <command>\n"
           "commands:\n"
           "  info     the library version, the CUDA driver and each device's memory and capabilities\n"
+          "  replay TRACE [--device-memory SIZE] [--config NAME]...\n"
+          "           replays a trace (gpumem_trace_start) through allocator configurations over a\n"
+          "           simulated device (80 GiB unless given; no GPU needed): pool (the default),\n"
+          "           pool:limit=SIZE, device (no caching); SIZE in bytes or with KiB/MiB/GiB/TiB\n"
           "  version  the library version\n");
 }
 
 int main(int argc, char** argv) {
   if (argc == 2 && strcmp(argv[1], "info") == 0) return info();
+  if (argc >= 2 && strcmp(argv[1], "replay") == 0) return replay_main(argc - 2, argv + 2);
   if (argc == 2 && strcmp(argv[1], "version") == 0) {
     printf("%s\n", gpumem_version_string());
     return 0;

@@ -1,0 +1,349 @@
+/* gpumem replay: a trace's allocations and frees, replayed through allocator configurations over a
+ * simulated device (address space only: no memory is touched, no GPU is needed). */
+#define _POSIX_C_SOURCE 200809L
+
+#include "replay.h"
+
+#include <gpumem/gpumem.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- The simulated device: hands out address ranges up to its capacity, never reusing one. ---- */
+
+struct device {
+  uint64_t capacity, reserved, peak_reserved, next;
+};
+
+static gpumem_status_t device_alloc(void* context, size_t size, int32_t dev, gpumem_stream_t stream, void** out) {
+  (void)dev;
+  (void)stream;
+  struct device* d = context;
+  if (size > d->capacity - d->reserved) return GPUMEM_ERROR_OUT_OF_MEMORY;
+  d->reserved += size;
+  if (d->reserved > d->peak_reserved) d->peak_reserved = d->reserved;
+  *out = (void*)(uintptr_t)d->next;
+  d->next += (size + 4095) / 4096 * 4096; /* page-aligned, as the driver's are */
+  return GPUMEM_SUCCESS;
+}
+
+static gpumem_status_t device_free(void* context, void* ptr, size_t size, int32_t dev, gpumem_stream_t stream) {
+  (void)ptr;
+  (void)dev;
+  (void)stream;
+  struct device* d = context;
+  d->reserved -= size;
+  return GPUMEM_SUCCESS;
+}
+
+/* ---- Addresses of the trace to those of the replay: open addressing, grown at half full. ---- */
+
+struct address_map {
+  uint64_t* keys; /* 0: empty; a deleted slot keeps its key with a value of 0 */
+  uint64_t* values;
+  size_t mask, used;
+};
+
+static size_t slot_of(uint64_t key, size_t mask) {
+  key ^= key >> 33;
+  key *= 0xff51afd7ed558ccdULL;
+  key ^= key >> 33;
+  return (size_t)key & mask;
+}
+
+static int map_grow(struct address_map* m) {
+  const size_t capacity = m->keys ? 2 * (m->mask + 1) : 1024;
+  uint64_t* keys = calloc(capacity, sizeof *keys);
+  uint64_t* values = calloc(capacity, sizeof *values);
+  if (!keys || !values) {
+    free(keys);
+    free(values);
+    return -1;
+  }
+  size_t used = 0;
+  for (size_t i = 0; m->keys && i <= m->mask; i++) {
+    if (!m->keys[i] || !m->values[i]) continue;
+    size_t j = slot_of(m->keys[i], capacity - 1);
+    while (keys[j]) j = (j + 1) & (capacity - 1);
+    keys[j] = m->keys[i];
+    values[j] = m->values[i];
+    used++;
+  }
+  free(m->keys);
+  free(m->values);
+  m->keys = keys;
+  m->values = values;
+  m->mask = capacity - 1;
+  m->used = used;
+  return 0;
+}
+
+static int map_put(struct address_map* m, uint64_t key, uint64_t value) {
+  if ((!m->keys || 2 * (m->used + 1) > m->mask + 1) && map_grow(m) != 0) return -1;
+  size_t i = slot_of(key, m->mask);
+  while (m->keys[i] && m->keys[i] != key) i = (i + 1) & m->mask;
+  if (!m->keys[i]) m->used++;
+  m->keys[i] = key;
+  m->values[i] = value;
+  return 0;
+}
+
+/* The value for key, removed from the map; 0 if there is none. */
+static uint64_t map_take(struct address_map* m, uint64_t key) {
+  if (!m->keys) return 0;
+  for (size_t i = slot_of(key, m->mask); m->keys[i]; i = (i + 1) & m->mask) {
+    if (m->keys[i] != key) continue;
+    const uint64_t v = m->values[i];
+    m->values[i] = 0;
+    return v;
+  }
+  return 0;
+}
+
+static void map_free(struct address_map* m) {
+  free(m->keys);
+  free(m->values);
+  memset(m, 0, sizeof *m);
+}
+
+/* ---- One configuration's replay. ---- */
+
+struct result {
+  const char* name;
+  uint64_t peak_live, peak_reserved, headroom_at_peak;
+  uint64_t allocs, frees, failed, unmatched_frees;
+  uint64_t first_failure_record, first_failure_size, first_failure_time_ns;
+  double ns_per_op;
+  char error[256]; /* a reason the replay itself could not go on */
+};
+
+static double now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static int parse_size(const char* text, uint64_t* out) {
+  char* end = NULL;
+  const double v = strtod(text, &end);
+  if (end == text || v < 0) return -1;
+  double unit = 1;
+  if (!strcmp(end, "") || !strcmp(end, "B"))
+    unit = 1;
+  else if (!strcmp(end, "KiB"))
+    unit = 1024.0;
+  else if (!strcmp(end, "MiB"))
+    unit = 1024.0 * 1024;
+  else if (!strcmp(end, "GiB"))
+    unit = 1024.0 * 1024 * 1024;
+  else if (!strcmp(end, "TiB"))
+    unit = 1024.0 * 1024 * 1024 * 1024;
+  else
+    return -1;
+  *out = (uint64_t)(v * unit);
+  return 0;
+}
+
+/* Makes the allocator a configuration names over the device: "pool", "pool:limit=SIZE" or "device". */
+static int make_config(const char* name, gpumem_allocator_t* device, gpumem_allocator_t** out, char* error,
+                       size_t error_size) {
+  if (!strcmp(name, "device")) {
+    *out = device;
+    return 0;
+  }
+  gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
+  params.upstream = device;
+  if (strncmp(name, "pool", 4) != 0 || (name[4] && strncmp(name + 4, ":limit=", 7) != 0) ||
+      (name[4] && parse_size(name + 11, &params.limit) != 0)) {
+    snprintf(error, error_size, "unknown configuration \"%s\" (use pool, pool:limit=SIZE or device)", name);
+    return -1;
+  }
+  const gpumem_status_t st = gpumem_pool_create(&params, out);
+  if (st != GPUMEM_SUCCESS) {
+    snprintf(error, error_size, "%s: %s", gpumem_status_name(st), gpumem_last_error_detail());
+    return -1;
+  }
+  return 0;
+}
+
+static void progress(const char* name, uint64_t done, uint64_t total) {
+  fprintf(stderr, "\r%-24s %3d%%", name, (int)(total ? 100 * done / total : 100));
+  if (done == total) fputc('\n', stderr);
+}
+
+static void replay_one(const char* path, uint64_t capacity, uint64_t records, struct result* r) {
+  struct device dev = {capacity, 0, 0, 0x100000000000ULL};
+  gpumem_allocator_functions_t fns;
+  memset(&fns, 0, sizeof fns);
+  fns.struct_size = sizeof fns;
+  fns.context = &dev;
+  fns.device = -1;
+  fns.alloc = device_alloc;
+  fns.free = device_free;
+  gpumem_allocator_t* device = NULL;
+  gpumem_allocator_t* config = NULL;
+  gpumem_trace_reader_t* reader = NULL;
+  struct address_map map = {0};   /* the trace's address to the replay's */
+  struct address_map sizes = {0}; /* the trace's address to the bytes its allocation asked */
+  gpumem_status_t st = gpumem_allocator_create_functions(&fns, &device);
+  if (st == GPUMEM_SUCCESS && make_config(r->name, device, &config, r->error, sizeof r->error) != 0) goto done;
+  if (st == GPUMEM_SUCCESS) st = gpumem_trace_reader_open(path, &reader);
+  if (st != GPUMEM_SUCCESS) {
+    snprintf(r->error, sizeof r->error, "%s: %s", gpumem_status_name(st), gpumem_last_error_detail());
+    goto done;
+  }
+  const int show_progress = isatty(2) && records > 100000;
+  uint64_t live = 0, index = 0;
+  double busy = 0;
+  gpumem_trace_record_t rec;
+  memset(&rec, 0, sizeof rec);
+  rec.struct_size = sizeof rec;
+  for (bool more = true;; index++) {
+    st = gpumem_trace_reader_next(reader, &rec, &more);
+    if (st != GPUMEM_SUCCESS) {
+      snprintf(r->error, sizeof r->error, "%s: %s", gpumem_status_name(st), gpumem_last_error_detail());
+      goto done;
+    }
+    if (!more) break;
+    if (show_progress && index % (records / 100) == 0) progress(r->name, index, records);
+    if (rec.event == GPUMEM_TRACE_ALLOC) {
+      void* p = NULL;
+      const double t0 = now_ns();
+      st = gpumem_alloc(config, rec.size, (gpumem_stream_t)(uintptr_t)rec.stream, &p);
+      busy += now_ns() - t0;
+      if (st != GPUMEM_SUCCESS) {
+        if (!r->failed++) {
+          r->first_failure_record = index;
+          r->first_failure_size = rec.size;
+          r->first_failure_time_ns = rec.time_ns;
+        }
+        continue;
+      }
+      r->allocs++;
+      if (map_put(&map, rec.address, (uint64_t)(uintptr_t)p) != 0 || map_put(&sizes, rec.address, rec.size) != 0) {
+        snprintf(r->error, sizeof r->error, "out of host memory for the address map");
+        goto done;
+      }
+      live += rec.size;
+      if (live > r->peak_live) r->peak_live = live;
+      if (dev.reserved == dev.peak_reserved) r->headroom_at_peak = capacity - dev.reserved;
+    } else if (rec.event == GPUMEM_TRACE_FREE) {
+      void* p = (void*)(uintptr_t)map_take(&map, rec.address);
+      if (!p) { /* allocated before the recording started, or failed in this replay */
+        r->unmatched_frees++;
+        continue;
+      }
+      live -= map_take(&sizes, rec.address);
+      const double t0 = now_ns();
+      st = gpumem_free(config, p, (gpumem_stream_t)(uintptr_t)rec.stream);
+      busy += now_ns() - t0;
+      if (st != GPUMEM_SUCCESS) {
+        snprintf(r->error, sizeof r->error, "record %llu: gpumem_free: %s: %s", (unsigned long long)index,
+                 gpumem_status_name(st), gpumem_last_error_detail());
+        goto done;
+      }
+      r->frees++;
+    }
+  }
+  if (show_progress) progress(r->name, records, records);
+  r->peak_reserved = dev.peak_reserved;
+  r->ns_per_op = r->allocs + r->frees ? busy / (double)(r->allocs + r->frees) : 0;
+done:
+  map_free(&map);
+  map_free(&sizes);
+  gpumem_trace_reader_close(reader);
+  if (config && config != device) gpumem_allocator_destroy_force(config);
+  if (device) gpumem_allocator_destroy_force(device);
+}
+
+static uint64_t count_records(const char* path, char* error, size_t error_size) {
+  gpumem_trace_reader_t* reader = NULL;
+  gpumem_status_t st = gpumem_trace_reader_open(path, &reader);
+  uint64_t n = 0;
+  gpumem_trace_record_t rec;
+  memset(&rec, 0, sizeof rec);
+  rec.struct_size = sizeof rec;
+  for (bool more = true; st == GPUMEM_SUCCESS && more; n += more) st = gpumem_trace_reader_next(reader, &rec, &more);
+  if (st != GPUMEM_SUCCESS) snprintf(error, error_size, "%s: %s", gpumem_status_name(st), gpumem_last_error_detail());
+  gpumem_trace_reader_close(reader);
+  return n;
+}
+
+static void print_bytes(uint64_t b) {
+  if (b >= (1ULL << 30))
+    printf(" %10.2f GiB", (double)b / (double)(1ULL << 30));
+  else
+    printf(" %10.2f MiB", (double)b / (double)(1ULL << 20));
+}
+
+int replay_main(int argc, char** argv) {
+  const char* path = NULL;
+  uint64_t capacity = 80ULL << 30;
+  const char* configs[16];
+  int nconfigs = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--device-memory") && i + 1 < argc) {
+      if (parse_size(argv[++i], &capacity) != 0 || capacity == 0) {
+        fprintf(stderr, "gpumem replay: --device-memory %s: give bytes, or a number with KiB, MiB, GiB or TiB\n",
+                argv[i]);
+        return 2;
+      }
+    } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
+      if (nconfigs == 16) {
+        fprintf(stderr, "gpumem replay: at most 16 configurations\n");
+        return 2;
+      }
+      configs[nconfigs++] = argv[++i];
+    } else if (argv[i][0] == '-' || path) {
+      fprintf(stderr, "gpumem replay: unexpected argument \"%s\"\n", argv[i]);
+      return 2;
+    } else {
+      path = argv[i];
+    }
+  }
+  if (!path) {
+    fprintf(stderr, "usage: gpumem replay TRACE [--device-memory SIZE] [--config NAME]...\n");
+    return 2;
+  }
+  if (!nconfigs) configs[nconfigs++] = "pool";
+  char error[256] = "";
+  const uint64_t records = count_records(path, error, sizeof error);
+  if (error[0]) {
+    fprintf(stderr, "gpumem replay: %s\n", error);
+    return 1;
+  }
+  printf("trace %s: %llu records; simulated device of", path, (unsigned long long)records);
+  print_bytes(capacity);
+  printf("\n\n%-24s %14s %14s %9s %10s %10s %8s %8s\n", "configuration", "peak live", "peak reserved", "reserved/",
+         "ns/op", "allocs", "failed", "unmatched");
+  printf("%-24s %14s %14s %9s\n", "", "", "", "live");
+  int status = 0;
+  for (int c = 0; c < nconfigs; c++) {
+    struct result r;
+    memset(&r, 0, sizeof r);
+    r.name = configs[c];
+    replay_one(path, capacity, records, &r);
+    if (r.error[0]) {
+      printf("%-24s could not be replayed: %s\n", r.name, r.error);
+      status = 1;
+      continue;
+    }
+    printf("%-24s", r.name);
+    print_bytes(r.peak_live);
+    print_bytes(r.peak_reserved);
+    printf(" %9.4f %10.1f %10llu %8llu %8llu\n", r.peak_live ? (double)r.peak_reserved / (double)r.peak_live : 0.0,
+           r.ns_per_op, (unsigned long long)r.allocs, (unsigned long long)r.failed,
+           (unsigned long long)r.unmatched_frees);
+    if (r.failed)
+      printf("  first out of memory: record %llu, %llu bytes, %.3f s into the trace; device headroom at the peak",
+             (unsigned long long)r.first_failure_record, (unsigned long long)r.first_failure_size,
+             (double)r.first_failure_time_ns / 1e9);
+    if (r.failed) {
+      print_bytes(r.headroom_at_peak);
+      printf("\n");
+    }
+  }
+  return status;
+}
