@@ -12,6 +12,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -20,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -977,6 +979,16 @@ int run(bool streams_only) {
     }
     GpumemPool a{"gpumem_pool_created", pool, pool};
     run_row(a, kCaching, pat);
+    // The same pool while a trace records it (trace.h): what leaving recording on costs.
+    const char* tmp = std::getenv("TMPDIR");
+    const std::string trace_path =
+        std::string(tmp && *tmp ? tmp : "/tmp") + "/gpumem_bench_" + std::to_string(getpid()) + ".trace";
+    gpumem_trace_t* trace = nullptr;
+    check(gpumem_trace_start(pool, trace_path.c_str(), 0, &trace), "gpumem_trace_start");
+    GpumemPool traced{"gpumem_pool_traced", pool, pool};
+    run_row(traced, kCaching, pat);
+    check(gpumem_trace_stop(trace), "gpumem_trace_stop");
+    std::remove(trace_path.c_str());
     check(gpumem_allocator_destroy(pool), "gpumem_allocator_destroy(pool)");
     check(gpumem_allocator_destroy(upstream), "gpumem_allocator_destroy(upstream)");
   } catch (const Failure& f) {
