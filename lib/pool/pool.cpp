@@ -418,7 +418,7 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
     if (beyond_limit) ++stats_.ooms;
   }
   // Nothing could make room for it: refused before the cache is given back.
-  if (beyond_limit) fail_out_of_memory(size, rounded, "the pool's limit, which the request alone exceeds");
+  if (beyond_limit) fail_out_of_memory(size, rounded, "the pool's limit, which the request alone exceeds", arena);
   // Nothing cached fits: grow; when that fails, return cached blocks and retry, then ask the
   // reclaim callbacks and retry once more.
   std::string why;
@@ -470,7 +470,8 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
   }
   fail_out_of_memory(size, rounded,
                      why + (reclaimed ? "; after returning cached blocks and running the reclaim callbacks"
-                                      : "; after returning cached blocks"));
+                                      : "; after returning cached blocks"),
+                     arena);
 }
 
 void* Pool::grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, bool& over_limit) {
@@ -532,20 +533,57 @@ void* Pool::grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stre
   return p;
 }
 
-void Pool::fail_out_of_memory(size_t size, size_t rounded, const std::string& why) {
-  const alloc::Stats s = stats();
-  uint64_t limit;
+void Pool::fail_out_of_memory(size_t size, size_t rounded, const std::string& why, const Arena& own) {
+  // Where the bytes the pool holds are, for the caller to see why they could not serve.
+  uint64_t limit, reserved, in_use = 0, pending = 0, largest_pending = 0, whole = 0, pieces = 0;
+  uint64_t largest_own = 0, largest_other = 0;
+  bool lending = false;
   {
     std::lock_guard<SpinLock> lock(mutex_);
     limit = limit_;
+    reserved = stats_.reserved;
+    for (const Pending& p : pending_frees_) {
+      pending += p.chunk->size;
+      largest_pending = std::max<uint64_t>(largest_pending, p.chunk->size);
+    }
+    lending = order_ && reuse_.load(std::memory_order_relaxed) != StreamReuse::kNever;
+    for (auto& a : arenas_) {
+      std::lock_guard<SpinLock> arena_lock(a->lock);
+      in_use += a->in_use;
+      for (int cls = 0; cls < kClasses; ++cls)
+        for (const Chunk* c = a->heads[cls]; c; c = c->free_next) {
+          (c->prev || c->next ? pieces : whole) += c->size;
+          uint64_t& largest = a.get() == &own ? largest_own : largest_other;
+          largest = std::max<uint64_t>(largest, c->size);
+        }
+    }
   }
+  std::string remedy;
+  if (largest_other >= rounded)
+    remedy = format("%s: another stream's arena has %s bytes free in one piece",
+                    !order_   ? "the allocation on that stream (arenas over memory no stream uses do not lend)"
+                    : lending ? "a stream that may borrow (not the per-thread default stream) from one that "
+                                "may lend (not destroyed)"
+                              : "lending between streams (gpumem_pool_set_stream_reuse)",
+                    grouped(largest_other).c_str());
+  else if (largest_pending >= rounded)
+    remedy = "the end of the work on the streams that hold its pending frees";
+  else if (pieces + whole >= rounded)
+    remedy = format("free memory in one piece: %s bytes are free, the largest piece %s",
+                    grouped(pieces + whole).c_str(), grouped(std::max(largest_own, largest_other)).c_str());
+  else if (limit && reserved - whole + rounded > limit)
+    remedy = "a limit of at least " + grouped(reserved - whole + rounded) + " bytes";
+  else
+    remedy = "freeing " + grouped(rounded - pieces - whole) + " more bytes of what is in use";
   const std::string where = device() >= 0 ? format("on device %d", device()) : std::string("of host memory");
   const std::string limit_text = limit ? "limit " + grouped(limit) : std::string("no limit");
   throw Error(GPUMEM_ERROR_OUT_OF_MEMORY,
               format("out of memory allocating %s (rounded to %s) from the pool %s: %s bytes in use, pool holds %s "
-                     "bytes, %s; refused by %s",
-                     bytes(size).c_str(), grouped(rounded).c_str(), where.c_str(), grouped(s.in_use).c_str(),
-                     grouped(s.reserved).c_str(), limit_text.c_str(), why.c_str()));
+                     "bytes, %s; refused by %s. Of what the pool holds: %s in use, %s free in pieces of split "
+                     "blocks, %s in whole free blocks, %s pending on other streams' work; it would have taken %s",
+                     bytes(size).c_str(), grouped(rounded).c_str(), where.c_str(), grouped(in_use).c_str(),
+                     grouped(reserved).c_str(), limit_text.c_str(), why.c_str(), grouped(in_use).c_str(),
+                     grouped(pieces).c_str(), grouped(whole).c_str(), grouped(pending).c_str(), remedy.c_str()));
 }
 
 void Pool::do_deallocate(void* p, gpumem_stream_t stream) {

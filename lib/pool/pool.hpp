@@ -129,7 +129,8 @@ class Pool final : public alloc::Allocator {
   // all arenas were visited.
   void return_cached_blocks(const uintptr_t* key);
   void* grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, bool& over_limit);
-  [[noreturn]] void fail_out_of_memory(size_t size, size_t rounded, const std::string& why);
+  // Throws OUT_OF_MEMORY with where the held bytes are and what would have served the request.
+  [[noreturn]] void fail_out_of_memory(size_t size, size_t rounded, const std::string& why, const Arena& own);
   // The arena's bytes in use as counted into published_in_use_, and the peak; under its lock.
   void publish(Arena& arena);
   void on_alloc(Arena& arena, uint64_t mem_size, uint64_t asked);

@@ -132,6 +132,49 @@ static void test_pool_limit_split_blocks_not_released(void** state) {
   assert_ok(gpumem_free(f->pool, base, NULL));
 }
 
+/* The detail of an out of memory says where the held bytes are and what would have served. */
+static void test_pool_limit_out_of_memory_says_where_the_bytes_are(void** state) {
+  struct fixture* f = *state;
+  assert_ok(gpumem_pool_set_limit(f->pool, 4 * KIB));
+  void* a = alloc_ok(f->pool, 2 * KIB, NULL);
+  void* b = alloc_ok(f->pool, KIB, NULL);
+  assert_ok(gpumem_free(f->pool, b, NULL)); /* a whole free block, returned before the retry */
+  assert_out_of_memory(f->pool, 3 * KIB, NULL);
+  assert_detail_contains(
+      "Of what the pool holds: 2,048 in use, 0 free in pieces of split blocks, 0 in whole "
+      "free blocks, 0 pending on other streams' work; it would have taken a limit of at "
+      "least 5,120 bytes");
+  assert_ok(gpumem_free(f->pool, a, NULL));
+  assert_ok(gpumem_pool_release(f->pool, NULL, GPUMEM_POOL_RELEASE_ALL_STREAMS));
+
+  /* Free pieces that add up to the request but are apart: fragmentation, not the limit. */
+  void* whole = alloc_ok(f->pool, 4 * KIB, NULL);
+  assert_ok(gpumem_free(f->pool, whole, NULL));
+  void* piece[4];
+  for (int i = 0; i < 4; i++) piece[i] = alloc_ok(f->pool, KIB, NULL);
+  assert_ok(gpumem_free(f->pool, piece[0], NULL));
+  assert_ok(gpumem_free(f->pool, piece[2], NULL));
+  assert_out_of_memory(f->pool, 2 * KIB, NULL);
+  assert_detail_contains("2,048 in use, 2,048 free in pieces of split blocks, 0 in whole free blocks");
+  assert_detail_contains(
+      "it would have taken free memory in one piece: 2,048 bytes are free, the largest "
+      "piece 1,024");
+  assert_ok(gpumem_free(f->pool, piece[1], NULL));
+  assert_ok(gpumem_free(f->pool, piece[3], NULL));
+  assert_ok(gpumem_pool_release(f->pool, NULL, GPUMEM_POOL_RELEASE_ALL_STREAMS));
+
+  /* Room in another stream's arena, which a pool over host memory does not lend. */
+  assert_ok(gpumem_pool_set_limit(f->pool, 8 * KIB));
+  void* big = alloc_ok(f->pool, 8 * KIB, STREAM_A);
+  assert_ok(gpumem_free(f->pool, big, STREAM_A));
+  void* small = alloc_ok(f->pool, KIB, STREAM_A); /* A's block split: 7 KiB of it free */
+  assert_out_of_memory(f->pool, 4 * KIB, STREAM_B);
+  assert_detail_contains(
+      "it would have taken the allocation on that stream (arenas over memory no stream uses "
+      "do not lend): another stream's arena has 7,168 bytes free in one piece");
+  assert_ok(gpumem_free(f->pool, small, STREAM_A));
+}
+
 static void test_pool_limit_below_what_pool_holds(void** state) {
   struct fixture* f = *state;
   void* base = alloc_ok(f->pool, MIB, NULL);
@@ -527,6 +570,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_pool_limit_larger_than_limit, setup, teardown),
       cmocka_unit_test_setup_teardown(test_pool_limit_releases_cached_blocks, setup, teardown),
       cmocka_unit_test_setup_teardown(test_pool_limit_split_blocks_not_released, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_pool_limit_out_of_memory_says_where_the_bytes_are, setup, teardown),
       cmocka_unit_test_setup_teardown(test_pool_limit_below_what_pool_holds, setup, teardown),
       cmocka_unit_test_setup_teardown(test_pool_limit_zero_removes_limit, setup, teardown),
       cmocka_unit_test(test_pool_limit_at_create),
