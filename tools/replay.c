@@ -4,6 +4,7 @@
 
 #include "replay.h"
 
+#include <errno.h>
 #include <gpumem/gpumem.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +109,105 @@ static void map_free(struct address_map* m) {
   memset(m, 0, sizeof *m);
 }
 
+/* ---- Where records come from: a gpumem trace, or RMM's CSV log (logging_resource_adaptor). ---- */
+
+struct source {
+  gpumem_trace_reader_t* reader; /* a gpumem trace; else the CSV file below */
+  FILE* csv;
+  const char* path;
+  uint64_t line;
+  double first_time; /* the CSV's first time, in seconds; negative before the first row */
+};
+
+/* Seconds from RMM's time column: seconds since 1970 ("1634567890.234567"), or older logs'
+ * "HH:MM:SS:microseconds". */
+static double csv_seconds(const char* text) {
+  int h = 0, m = 0, sec = 0;
+  long us = 0;
+  if (strchr(text, ':') && sscanf(text, "%d:%d:%d:%ld", &h, &m, &sec, &us) == 4)
+    return h * 3600.0 + m * 60.0 + sec + (double)us / 1e6;
+  return strtod(text, NULL);
+}
+
+static int source_open(struct source* src, const char* path, char* error, size_t error_size) {
+  memset(src, 0, sizeof *src);
+  src->path = path;
+  src->first_time = -1;
+  FILE* f = fopen(path, "rb");
+  if (!f) {
+    snprintf(error, error_size, "cannot open the trace file %s: %s", path, strerror(errno));
+    return -1;
+  }
+  char head[64] = "";
+  if (!fgets(head, sizeof head, f)) head[0] = '\0';
+  if (strncmp(head, "Thread,Time,Action,Pointer,Size,Stream", 38) == 0) {
+    src->csv = f; /* the header line is read: rows follow */
+    src->line = 1;
+    return 0;
+  }
+  fclose(f);
+  const gpumem_status_t st = gpumem_trace_reader_open(path, &src->reader);
+  if (st != GPUMEM_SUCCESS) {
+    snprintf(error, error_size,
+             "%s: %s (neither a gpumem trace nor an RMM CSV log, which starts with "
+             "\"Thread,Time,Action,Pointer,Size,Stream\")",
+             gpumem_status_name(st), gpumem_last_error_detail());
+    return -1;
+  }
+  return 0;
+}
+
+/* The next record into rec: 1, 0 at the end, -1 with error set. */
+static int source_next(struct source* src, gpumem_trace_record_t* rec, char* error, size_t error_size) {
+  if (src->reader) {
+    bool more = false;
+    const gpumem_status_t st = gpumem_trace_reader_next(src->reader, rec, &more);
+    if (st == GPUMEM_SUCCESS) return more;
+    snprintf(error, error_size, "%s: %s", gpumem_status_name(st), gpumem_last_error_detail());
+    return -1;
+  }
+  char row[512];
+  if (!fgets(row, sizeof row, src->csv)) return 0;
+  src->line++;
+  char time[64], action[32];
+  unsigned long long thread = 0, pointer = 0, size = 0, stream = 0;
+  if (sscanf(row, "%llu,%63[^,],%31[^,],%llx,%llu,%llx", &thread, time, action, &pointer, &size, &stream) != 6) {
+    snprintf(error, error_size, "%s, line %llu: not a row of Thread,Time,Action,Pointer,Size,Stream", src->path,
+             (unsigned long long)src->line);
+    return -1;
+  }
+  const double t = csv_seconds(time);
+  if (src->first_time < 0) src->first_time = t;
+  const size_t struct_size = rec->struct_size;
+  memset(rec, 0, sizeof *rec);
+  rec->struct_size = struct_size;
+  rec->thread = (uint32_t)thread;
+  rec->time_ns = t > src->first_time ? (uint64_t)((t - src->first_time) * 1e9) : 0;
+  rec->stream = stream;
+  rec->address = pointer;
+  rec->size = size;
+  if (!strcmp(action, "allocate")) {
+    rec->event = GPUMEM_TRACE_ALLOC;
+    rec->mem_size = size;
+  } else if (!strcmp(action, "free") || !strcmp(action, "deallocate")) {
+    rec->event = GPUMEM_TRACE_FREE;
+  } else if (!strcmp(action, "allocate failure")) {
+    rec->event = GPUMEM_TRACE_ALLOC_FAILED;
+    rec->status = GPUMEM_ERROR_OUT_OF_MEMORY;
+  } else {
+    snprintf(error, error_size, "%s, line %llu: unknown action \"%s\"", src->path, (unsigned long long)src->line,
+             action);
+    return -1;
+  }
+  return 1;
+}
+
+static void source_close(struct source* src) {
+  gpumem_trace_reader_close(src->reader);
+  if (src->csv) fclose(src->csv);
+  memset(src, 0, sizeof *src);
+}
+
 /* ---- One configuration's replay. ---- */
 
 struct result {
@@ -184,29 +284,26 @@ static void replay_one(const char* path, uint64_t capacity, uint64_t records, st
   fns.free = device_free;
   gpumem_allocator_t* device = NULL;
   gpumem_allocator_t* config = NULL;
-  gpumem_trace_reader_t* reader = NULL;
+  struct source src = {0};
   struct address_map map = {0};   /* the trace's address to the replay's */
   struct address_map sizes = {0}; /* the trace's address to the bytes its allocation asked */
   gpumem_status_t st = gpumem_allocator_create_functions(&fns, &device);
   if (st == GPUMEM_SUCCESS && make_config(r->name, device, &config, r->error, sizeof r->error) != 0) goto done;
-  if (st == GPUMEM_SUCCESS) st = gpumem_trace_reader_open(path, &reader);
   if (st != GPUMEM_SUCCESS) {
     snprintf(r->error, sizeof r->error, "%s: %s", gpumem_status_name(st), gpumem_last_error_detail());
     goto done;
   }
+  if (source_open(&src, path, r->error, sizeof r->error) != 0) goto done;
   const int show_progress = isatty(2) && records > 100000;
   uint64_t live = 0, index = 0;
   double busy = 0;
   gpumem_trace_record_t rec;
   memset(&rec, 0, sizeof rec);
   rec.struct_size = sizeof rec;
-  for (bool more = true;; index++) {
-    st = gpumem_trace_reader_next(reader, &rec, &more);
-    if (st != GPUMEM_SUCCESS) {
-      snprintf(r->error, sizeof r->error, "%s: %s", gpumem_status_name(st), gpumem_last_error_detail());
-      goto done;
-    }
-    if (!more) break;
+  for (;; index++) {
+    const int got = source_next(&src, &rec, r->error, sizeof r->error);
+    if (got < 0) goto done;
+    if (!got) break;
     if (show_progress && index % (records / 100) == 0) progress(r->name, index, records);
     if (rec.event == GPUMEM_TRACE_ALLOC) {
       void* p = NULL;
@@ -253,21 +350,20 @@ static void replay_one(const char* path, uint64_t capacity, uint64_t records, st
 done:
   map_free(&map);
   map_free(&sizes);
-  gpumem_trace_reader_close(reader);
+  source_close(&src);
   if (config && config != device) gpumem_allocator_destroy_force(config);
   if (device) gpumem_allocator_destroy_force(device);
 }
 
 static uint64_t count_records(const char* path, char* error, size_t error_size) {
-  gpumem_trace_reader_t* reader = NULL;
-  gpumem_status_t st = gpumem_trace_reader_open(path, &reader);
+  struct source src;
   uint64_t n = 0;
+  if (source_open(&src, path, error, error_size) != 0) return 0;
   gpumem_trace_record_t rec;
   memset(&rec, 0, sizeof rec);
   rec.struct_size = sizeof rec;
-  for (bool more = true; st == GPUMEM_SUCCESS && more; n += more) st = gpumem_trace_reader_next(reader, &rec, &more);
-  if (st != GPUMEM_SUCCESS) snprintf(error, error_size, "%s: %s", gpumem_status_name(st), gpumem_last_error_detail());
-  gpumem_trace_reader_close(reader);
+  for (int got; (got = source_next(&src, &rec, error, error_size)) > 0;) n++;
+  source_close(&src);
   return n;
 }
 
