@@ -54,6 +54,31 @@ typedef struct gpumem_pool_info_s {
                                   again once that work is done (@since 0.3.0). */
 } gpumem_pool_info_t;
 
+/** @brief States of a pool's blocks in a snapshot. @since 0.3.0 */
+enum gpumem_block_state {
+  GPUMEM_BLOCK_FREE = 0,   /**< Cached, free for reuse. */
+  GPUMEM_BLOCK_IN_USE = 1, /**< Handed out and not freed. */
+  GPUMEM_BLOCK_PENDING = 2 /**< Freed, waiting for other streams' work before reuse. */
+};
+
+/** @brief One block of a pool, from gpumem_pool_snapshot(). @since 0.3.0 */
+typedef struct gpumem_block_info_s {
+  size_t struct_size;     /**< `sizeof(gpumem_block_info_t)` of the library that calls. */
+  void* segment;          /**< The upstream block (segment) it lies in. */
+  size_t segment_size;    /**< That segment's bytes. */
+  void* address;          /**< The block's address. */
+  size_t size;            /**< Its bytes, rounded. */
+  size_t requested;       /**< Bytes asked for, for a block in use; else 0. */
+  uint32_t state;         /**< One ::gpumem_block_state. */
+  gpumem_stream_t stream; /**< The stream it was handed out on (in use), or of its arena. */
+} gpumem_block_info_t;
+
+/**
+ * @brief Told each block of a snapshot, in order of segment and address. Runs on the thread of
+ *        gpumem_pool_snapshot(), with no gpumem lock held; it must return normally.
+ */
+typedef void (*gpumem_block_fn)(const gpumem_block_info_t* block, void* user_data);
+
 /** @brief Flags of gpumem_pool_release(). @since 0.1.0 */
 enum gpumem_pool_release_flags {
   GPUMEM_POOL_RELEASE_ALL_STREAMS = 0x1 /**< Release the free blocks of every arena, not one stream's. */
@@ -150,6 +175,40 @@ GPUMEM_API gpumem_status_t gpumem_pool_release(gpumem_allocator_t* pool, gpumem_
  * @since 0.1.0
  */
 GPUMEM_API gpumem_status_t gpumem_pool_get_info(gpumem_allocator_t* pool, gpumem_pool_info_t* out_info);
+
+/**
+ * @brief Lists every block a pool holds, as one consistent picture: each segment (upstream
+ *        block) and the blocks it is split into, with state and stream.
+ *
+ * The picture is taken under the pool's locks, then @p fn is called for each block without them.
+ * @param[in] pool The pool.
+ * @param[in] fn Called once for each block; not NULL.
+ * @param[in] user_data Passed to @p fn.
+ * @retval GPUMEM_SUCCESS
+ * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p fn is NULL.
+ * @retval GPUMEM_ERROR_INVALID_HANDLE @p pool is not a live pool.
+ * @retval GPUMEM_ERROR_OUT_OF_MEMORY No host memory for the picture.
+ * @par Thread safety
+ * Thread-safe: any thread, concurrently, including on the same handle.
+ * @since 0.3.0
+ */
+GPUMEM_API gpumem_status_t gpumem_pool_snapshot(gpumem_allocator_t* pool, gpumem_block_fn fn, void* user_data);
+
+/**
+ * @brief Writes a pool's snapshot (gpumem_pool_snapshot()) as JSON to a file: its totals, then
+ *        its segments with their blocks (docs/pool.md says the shape).
+ * @param[in] pool The pool.
+ * @param[in] path The file, created or replaced.
+ * @retval GPUMEM_SUCCESS
+ * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p path is NULL.
+ * @retval GPUMEM_ERROR_INVALID_HANDLE @p pool is not a live pool.
+ * @retval GPUMEM_ERROR_IO The file cannot be written.
+ * @retval GPUMEM_ERROR_OUT_OF_MEMORY
+ * @par Thread safety
+ * Thread-safe: any thread, concurrently, including on the same handle.
+ * @since 0.3.0
+ */
+GPUMEM_API gpumem_status_t gpumem_pool_snapshot_json(gpumem_allocator_t* pool, const char* path);
 
 /**
  * @brief Sets a pool's limit in bytes, overriding `GPUMEM_GPU_MEMORY_LIMIT`. A limit below what

@@ -1,5 +1,10 @@
 // Pools at the C boundary.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "alloc/defaults.hpp"
 #include "capi/guard.hpp"
@@ -137,3 +142,65 @@ GPUMEM_API gpumem_status_t gpumem_reclaim_remove(uint64_t id) {
 }
 
 }  // extern "C"
+
+namespace {
+
+const char* block_state_name(int state) {
+  return state == GPUMEM_BLOCK_IN_USE ? "in_use" : state == GPUMEM_BLOCK_PENDING ? "pending" : "free";
+}
+
+}  // namespace
+
+GPUMEM_API gpumem_status_t gpumem_pool_snapshot(gpumem_allocator_t* pool, gpumem_block_fn fn, void* user_data) {
+  return guard([&] {
+    require(fn != nullptr, "fn is NULL");
+    for (const gpumem::pool::BlockInfo& b : pool_from(pool)->snapshot()) {
+      gpumem_block_info_t info{};
+      info.struct_size = sizeof info;
+      info.segment = reinterpret_cast<void*>(b.segment);
+      info.segment_size = b.segment_size;
+      info.address = reinterpret_cast<void*>(b.address);
+      info.size = b.size;
+      info.requested = b.requested;
+      info.state = static_cast<uint32_t>(b.state);
+      info.stream = b.stream;
+      fn(&info, user_data);
+    }
+  });
+}
+
+GPUMEM_API gpumem_status_t gpumem_pool_snapshot_json(gpumem_allocator_t* pool, const char* path) {
+  return guard([&] {
+    require(path != nullptr, "path is NULL");
+    Pool* p = pool_from(pool);
+    const gpumem::pool::Info info = p->info();
+    const std::vector<gpumem::pool::BlockInfo> blocks = p->snapshot();
+    std::string out = gpumem::format(
+        "{\"format\": \"gpumem-pool-snapshot\", \"version\": 1, \"device\": %d, \"used_bytes\": %llu, "
+        "\"free_bytes\": %llu, \"pending_bytes\": %llu, \"total_bytes\": %llu, \"limit\": %llu,\n \"segments\": [",
+        p->device(), static_cast<unsigned long long>(info.used), static_cast<unsigned long long>(info.free),
+        static_cast<unsigned long long>(info.pending), static_cast<unsigned long long>(info.total),
+        static_cast<unsigned long long>(info.limit));
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const gpumem::pool::BlockInfo& b = blocks[i];
+      const bool first = i == 0 || blocks[i - 1].segment != b.segment;
+      const bool last = i + 1 == blocks.size() || blocks[i + 1].segment != b.segment;
+      if (first)
+        out +=
+            gpumem::format("%s\n  {\"address\": %llu, \"size\": %llu, \"blocks\": [", i ? "," : "",
+                           static_cast<unsigned long long>(b.segment), static_cast<unsigned long long>(b.segment_size));
+      out += gpumem::format(
+          "%s\n    {\"address\": %llu, \"size\": %llu, \"requested\": %llu, \"state\": \"%s\", \"stream\": %llu}",
+          first ? "" : ",", static_cast<unsigned long long>(b.address), static_cast<unsigned long long>(b.size),
+          static_cast<unsigned long long>(b.requested), block_state_name(b.state),
+          static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(b.stream)));
+      if (last) out += "]}";
+    }
+    out += "\n]}\n";
+    std::FILE* f = std::fopen(path, "wb");
+    if (!f) fail(GPUMEM_ERROR_IO, "cannot create the snapshot file %s: %s", path, std::strerror(errno));
+    const bool written = std::fwrite(out.data(), 1, out.size(), f) == out.size();
+    if (std::fclose(f) != 0 || !written)
+      fail(GPUMEM_ERROR_IO, "writing the snapshot file %s failed: %s", path, std::strerror(errno));
+  });
+}

@@ -1,7 +1,10 @@
 #include "pool/pool.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+
+#include "gpumem/pool.h"
 
 namespace gpumem::pool {
 namespace {
@@ -988,6 +991,33 @@ Info Pool::info() {
     i.free_blocks += a->free_blocks;
   }
   return i;
+}
+
+std::vector<BlockInfo> Pool::snapshot() {
+  std::vector<BlockInfo> out;
+  std::lock_guard<SpinLock> lock(mutex_);
+  std::vector<ArenaLock> locks;  // every arena at once: one moment
+  locks.reserve(arenas_.size());
+  size_t chunks = 0;
+  for (auto& a : arenas_) {
+    locks.emplace_back(a->lock);
+    chunks += a->chunks.size();
+  }
+  out.reserve(chunks);
+  for (auto& a : arenas_)
+    for (const auto& [ptr, first] : a->chunks) {
+      if (first->prev) continue;  // segments are walked from their first chunk
+      size_t segment_size = 0;
+      for (const Chunk* c = first; c; c = c->next) segment_size += c->size;
+      for (const Chunk* c = first; c; c = c->next) {
+        const int state = c->pending ? GPUMEM_BLOCK_PENDING : c->in_use ? GPUMEM_BLOCK_IN_USE : GPUMEM_BLOCK_FREE;
+        out.push_back(BlockInfo{first->ptr, c->ptr, segment_size, c->size,
+                                state == GPUMEM_BLOCK_IN_USE ? c->requested : 0, state,
+                                state == GPUMEM_BLOCK_IN_USE ? c->stream : a->stream});
+      }
+    }
+  std::sort(out.begin(), out.end(), [](const BlockInfo& x, const BlockInfo& y) { return x.address < y.address; });
+  return out;
 }
 
 void Pool::set_limit(uint64_t limit) {

@@ -23,6 +23,14 @@ constexpr size_t kRound = 512;
 // after the host waits for the fence.
 enum class StreamReuse { kNever, kFenceWait, kHostWait };
 
+// One chunk of a snapshot, in its upstream block (segment).
+struct BlockInfo {
+  uintptr_t segment, address;
+  size_t segment_size, size, requested;
+  int state;  // GPUMEM_BLOCK_*
+  gpumem_stream_t stream;
+};
+
 struct Info {
   uint64_t used = 0, free = 0, total = 0, free_blocks = 0, limit = 0;
   uint64_t pending = 0;  // freed, waiting for other streams' work before it can be handed out
@@ -46,6 +54,8 @@ class Pool final : public alloc::Allocator {
   // Returns free whole blocks to the upstream: the stream's arena, or all of them.
   void release(gpumem_stream_t stream, bool all_streams);
   Info info();
+  // Every chunk, by segment and address, at one moment.
+  std::vector<BlockInfo> snapshot();
   void set_limit(uint64_t limit);
   void set_stream_reuse(StreamReuse reuse);
   // Marks a live allocation as used on another stream too (PyTorch's record_stream): its free is

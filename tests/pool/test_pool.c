@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include "test_util.h"
 
@@ -762,6 +763,97 @@ static void test_pool_upstream_hooks_only_when_growing(void** state) {
   assert_ok(gpumem_allocator_remove_hook(f->pool, id));
 }
 
+struct blocks_seen {
+  gpumem_block_info_t blocks[8];
+  size_t count;
+};
+
+static void collect_block(const gpumem_block_info_t* block, void* user_data) {
+  struct blocks_seen* seen = user_data;
+  if (seen->count < 8) seen->blocks[seen->count] = *block;
+  seen->count++;
+}
+
+static const gpumem_block_info_t* block_at(const struct blocks_seen* seen, const void* address) {
+  for (size_t i = 0; i < seen->count && i < 8; i++)
+    if (seen->blocks[i].address == address) return &seen->blocks[i];
+  fail_msg("no block at %p in the snapshot", address);
+  return NULL;
+}
+
+static void test_pool_snapshot_lists_every_block(void** state) {
+  struct fixture* f = *state;
+  void* a = alloc_ok(f->pool, 1000, STREAM_A);
+  void* b = alloc_ok(f->pool, 4 * KIB, STREAM_B);
+  assert_ok(gpumem_free(f->pool, b, STREAM_B));
+  void* c = alloc_ok(f->pool, 2 * KIB, STREAM_B); /* the first half of b's block */
+  assert_ptr_equal(c, b);
+  struct blocks_seen seen = {0};
+  assert_ok(gpumem_pool_snapshot(f->pool, collect_block, &seen));
+  assert_int_equal(seen.count, 3);
+  const gpumem_block_info_t* x = block_at(&seen, a);
+  assert_ptr_equal(x->segment, a);
+  assert_int_equal(x->segment_size, KIB);
+  assert_int_equal(x->size, KIB);
+  assert_int_equal(x->requested, 1000);
+  assert_int_equal(x->state, GPUMEM_BLOCK_IN_USE);
+  assert_ptr_equal(x->stream, STREAM_A);
+  x = block_at(&seen, c);
+  assert_ptr_equal(x->segment, b);
+  assert_int_equal(x->segment_size, 4 * KIB);
+  assert_int_equal(x->size, 2 * KIB);
+  assert_int_equal(x->state, GPUMEM_BLOCK_IN_USE);
+  x = block_at(&seen, (char*)b + 2 * KIB);
+  assert_ptr_equal(x->segment, b);
+  assert_int_equal(x->size, 2 * KIB);
+  assert_int_equal(x->requested, 0);
+  assert_int_equal(x->state, GPUMEM_BLOCK_FREE);
+  assert_ptr_equal(x->stream, STREAM_B);
+  /* In order of address: each segment's blocks together, in order. */
+  for (size_t i = 1; i < seen.count; i++)
+    assert_true((uintptr_t)seen.blocks[i - 1].address < (uintptr_t)seen.blocks[i].address);
+
+  char path[128];
+  snprintf(path, sizeof path, "/tmp/gpumem_snapshot_%d.json", (int)getpid());
+  assert_ok(gpumem_pool_snapshot_json(f->pool, path));
+  FILE* file = fopen(path, "rb");
+  assert_non_null(file);
+  char text[4096];
+  const size_t n = fread(text, 1, sizeof text - 1, file);
+  fclose(file);
+  remove(path);
+  text[n] = '\0';
+  assert_non_null(strstr(text,
+                         "{\"format\": \"gpumem-pool-snapshot\", \"version\": 1, \"device\": -1, "
+                         "\"used_bytes\": 3072, \"free_bytes\": 2048, \"pending_bytes\": 0, "
+                         "\"total_bytes\": 5120, \"limit\": 0,"));
+  char expect[256];
+  snprintf(expect, sizeof expect,
+           "{\"address\": %llu, \"size\": 2048, \"requested\": 0, \"state\": \"free\", "
+           "\"stream\": %llu}]}",
+           (unsigned long long)(uintptr_t)((char*)b + 2 * KIB), (unsigned long long)(uintptr_t)STREAM_B);
+  assert_non_null(strstr(text, expect));
+  size_t segments = 0;
+  for (const char* p = text; (p = strstr(p, "\"blocks\": [")) != NULL; p++) segments++;
+  assert_int_equal(segments, 2);
+  assert_non_null(strstr(text, "\n]}\n"));
+  assert_ok(gpumem_free(f->pool, a, STREAM_A));
+  assert_ok(gpumem_free(f->pool, c, STREAM_B));
+}
+
+static void test_pool_snapshot_bad_input(void** state) {
+  struct fixture* f = *state;
+  struct blocks_seen seen = {0};
+  assert_status(gpumem_pool_snapshot(f->pool, NULL, &seen), GPUMEM_ERROR_INVALID_ARGUMENT);
+  assert_detail_contains("fn is NULL");
+  assert_status(gpumem_pool_snapshot(f->host, collect_block, &seen), GPUMEM_ERROR_INVALID_HANDLE);
+  assert_detail_contains("not a pool");
+  assert_int_equal(seen.count, 0);
+  assert_status(gpumem_pool_snapshot_json(f->pool, NULL), GPUMEM_ERROR_INVALID_ARGUMENT);
+  assert_status(gpumem_pool_snapshot_json(f->pool, "/nonexistent-dir/s.json"), GPUMEM_ERROR_IO);
+  assert_detail_contains("cannot create the snapshot file /nonexistent-dir/s.json");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_pool_rounds_to_512, setup, teardown),
@@ -787,6 +879,8 @@ int main(void) {
       cmocka_unit_test(test_pool_params_init),
       cmocka_unit_test_setup_teardown(test_pool_alloc_bad_size, setup, teardown),
       cmocka_unit_test_setup_teardown(test_pool_upstream_hooks_only_when_growing, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_pool_snapshot_lists_every_block, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_pool_snapshot_bad_input, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
