@@ -1,5 +1,5 @@
 /* gpumem: the command-line tool. `gpumem info` describes the driver and the devices; `gpumem replay`
- * replays a trace through allocator configurations on any machine. */
+ * replays a trace through allocator configurations on any machine, and `gpumem viz` pictures it. */
 #include <gpumem/gpumem.h>
 #include <stdio.h>
 #include <string.h>
@@ -63,12 +63,16 @@ static void usage(FILE* to) {
           "           replays a trace (gpumem_trace_start) through allocator configurations over a\n"
           "           simulated device (80 GiB unless given; no GPU needed): pool (the default),\n"
           "           pool:limit=SIZE, device (no caching); SIZE in bytes or with KiB/MiB/GiB/TiB\n"
+          "  viz TRACE [-o PAGE.html] [--config NAME] [--device-memory SIZE]\n"
+          "           writes a self-contained page picturing the trace replayed through a pool:\n"
+          "           memory over time and the segments at the peak (memory.html unless given)\n"
           "  version  the library version\n");
 }
 
 int main(int argc, char** argv) {
   if (argc == 2 && strcmp(argv[1], "info") == 0) return info();
   if (argc >= 2 && strcmp(argv[1], "replay") == 0) return replay_main(argc - 2, argv + 2);
+  if (argc >= 2 && strcmp(argv[1], "viz") == 0) return viz_main(argc - 2, argv + 2);
   if (argc == 2 && strcmp(argv[1], "version") == 0) {
     printf("%s\n", gpumem_version_string());
     return 0;

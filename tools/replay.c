@@ -210,14 +210,6 @@ static void source_close(struct source* src) {
 
 /* ---- One configuration's replay. ---- */
 
-struct result {
-  const char* name;
-  uint64_t peak_live, peak_reserved, headroom_at_peak;
-  uint64_t allocs, frees, failed, unmatched_frees;
-  uint64_t first_failure_record, first_failure_size, first_failure_time_ns;
-  double ns_per_op;
-  char error[256]; /* a reason the replay itself could not go on */
-};
 
 static double now_ns(void) {
   struct timespec t;
@@ -225,7 +217,7 @@ static double now_ns(void) {
   return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
 }
 
-static int parse_size(const char* text, uint64_t* out) {
+int replay_parse_size(const char* text, uint64_t* out) {
   char* end = NULL;
   const double v = strtod(text, &end);
   if (end == text || v < 0) return -1;
@@ -256,7 +248,7 @@ static int make_config(const char* name, gpumem_allocator_t* device, gpumem_allo
   gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
   params.upstream = device;
   if (strncmp(name, "pool", 4) != 0 || (name[4] && strncmp(name + 4, ":limit=", 7) != 0) ||
-      (name[4] && parse_size(name + 11, &params.limit) != 0)) {
+      (name[4] && replay_parse_size(name + 11, &params.limit) != 0)) {
     snprintf(error, error_size, "unknown configuration \"%s\" (use pool, pool:limit=SIZE or device)", name);
     return -1;
   }
@@ -273,7 +265,8 @@ static void progress(const char* name, uint64_t done, uint64_t total) {
   if (done == total) fputc('\n', stderr);
 }
 
-static void replay_one(const char* path, uint64_t capacity, uint64_t records, struct result* r) {
+void replay_run(const char* path, uint64_t capacity, uint64_t records, struct replay_result* r,
+                const struct replay_observer* observer) {
   struct device dev = {capacity, 0, 0, 0x100000000000ULL};
   gpumem_allocator_functions_t fns;
   memset(&fns, 0, sizeof fns);
@@ -325,7 +318,11 @@ static void replay_one(const char* path, uint64_t capacity, uint64_t records, st
       }
       live += rec.size;
       if (live > r->peak_live) r->peak_live = live;
-      if (dev.reserved == dev.peak_reserved) r->headroom_at_peak = capacity - dev.reserved;
+      if (dev.peak_reserved > r->peak_reserved) {
+        r->peak_reserved = dev.peak_reserved;
+        r->peak_record = index;
+        r->headroom_at_peak = capacity - dev.reserved;
+      }
     } else if (rec.event == GPUMEM_TRACE_FREE) {
       void* p = (void*)(uintptr_t)map_take(&map, rec.address);
       if (!p) { /* allocated before the recording started, or failed in this replay */
@@ -342,10 +339,16 @@ static void replay_one(const char* path, uint64_t capacity, uint64_t records, st
         goto done;
       }
       r->frees++;
+    } else {
+      continue;
+    }
+    if (observer && observer->on_step) observer->on_step(observer->context, rec.time_ns, live, dev.reserved);
+    if (observer && observer->at_record && index == observer->stop_record) {
+      observer->at_record(observer->context, config);
+      break;
     }
   }
   if (show_progress) progress(r->name, records, records);
-  r->peak_reserved = dev.peak_reserved;
   r->ns_per_op = r->allocs + r->frees ? busy / (double)(r->allocs + r->frees) : 0;
 done:
   map_free(&map);
@@ -355,7 +358,7 @@ done:
   if (device) gpumem_allocator_destroy_force(device);
 }
 
-static uint64_t count_records(const char* path, char* error, size_t error_size) {
+uint64_t replay_count_records(const char* path, char* error, size_t error_size) {
   struct source src;
   uint64_t n = 0;
   if (source_open(&src, path, error, error_size) != 0) return 0;
@@ -381,7 +384,7 @@ int replay_main(int argc, char** argv) {
   int nconfigs = 0;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--device-memory") && i + 1 < argc) {
-      if (parse_size(argv[++i], &capacity) != 0 || capacity == 0) {
+      if (replay_parse_size(argv[++i], &capacity) != 0 || capacity == 0) {
         fprintf(stderr, "gpumem replay: --device-memory %s: give bytes, or a number with KiB, MiB, GiB or TiB\n",
                 argv[i]);
         return 2;
@@ -405,7 +408,7 @@ int replay_main(int argc, char** argv) {
   }
   if (!nconfigs) configs[nconfigs++] = "pool";
   char error[256] = "";
-  const uint64_t records = count_records(path, error, sizeof error);
+  const uint64_t records = replay_count_records(path, error, sizeof error);
   if (error[0]) {
     fprintf(stderr, "gpumem replay: %s\n", error);
     return 1;
@@ -417,10 +420,10 @@ int replay_main(int argc, char** argv) {
   printf("%-24s %14s %14s %9s\n", "", "", "", "live");
   int status = 0;
   for (int c = 0; c < nconfigs; c++) {
-    struct result r;
+    struct replay_result r;
     memset(&r, 0, sizeof r);
     r.name = configs[c];
-    replay_one(path, capacity, records, &r);
+    replay_run(path, capacity, records, &r, NULL);
     if (r.error[0]) {
       printf("%-24s could not be replayed: %s\n", r.name, r.error);
       status = 1;

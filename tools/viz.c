@@ -1,0 +1,268 @@
+/* gpumem viz: a self-contained page (no network) picturing a trace replayed through a pool: memory
+ * over time, live and reserved, and the pool's segments and blocks at the peak. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "replay.h"
+
+enum { kWidth = 960, kPlotLeft = 90, kPlotRight = 940, kPlotTop = 20, kPlotBottom = 280, kMaxSegments = 300 };
+
+struct point {
+  uint64_t time_ns, live, reserved;
+};
+
+struct series {
+  struct point* points;
+  size_t count, capacity;
+  int failed; /* out of host memory */
+};
+
+static void on_step(void* context, uint64_t time_ns, uint64_t live, uint64_t reserved) {
+  struct series* s = context;
+  if (s->failed) return;
+  if (s->count == s->capacity) {
+    const size_t capacity = s->capacity ? 2 * s->capacity : 4096;
+    struct point* grown = realloc(s->points, capacity * sizeof *grown);
+    if (!grown) {
+      s->failed = 1;
+      return;
+    }
+    s->points = grown;
+    s->capacity = capacity;
+  }
+  s->points[s->count++] = (struct point){time_ns, live, reserved};
+}
+
+struct blocks {
+  gpumem_block_info_t* items;
+  size_t count, capacity;
+  gpumem_status_t status; /* of the snapshot */
+  int failed;
+};
+
+static void on_block(const gpumem_block_info_t* block, void* user_data) {
+  struct blocks* b = user_data;
+  if (b->failed) return;
+  if (b->count == b->capacity) {
+    const size_t capacity = b->capacity ? 2 * b->capacity : 1024;
+    gpumem_block_info_t* grown = realloc(b->items, capacity * sizeof *grown);
+    if (!grown) {
+      b->failed = 1;
+      return;
+    }
+    b->items = grown;
+    b->capacity = capacity;
+  }
+  b->items[b->count++] = *block;
+}
+
+static void at_peak(void* context, gpumem_allocator_t* config) {
+  struct blocks* b = context;
+  b->status = gpumem_pool_snapshot(config, on_block, b);
+}
+
+static void human(char* out, size_t size, uint64_t bytes) {
+  if (bytes >= (1ULL << 30))
+    snprintf(out, size, "%.2f GiB", (double)bytes / (double)(1ULL << 30));
+  else if (bytes >= (1ULL << 20))
+    snprintf(out, size, "%.2f MiB", (double)bytes / (double)(1ULL << 20));
+  else
+    snprintf(out, size, "%.1f KiB", (double)bytes / 1024.0);
+}
+
+/* A polyline of one field of the series, at most one point per pixel column (the column's most,
+ * so no peak is lost). */
+static void polyline(FILE* f, const struct series* s, int reserved, uint64_t t_max, uint64_t y_max, const char* cls) {
+  fprintf(f, "<polyline class=\"%s\" points=\"", cls);
+  const int columns = kPlotRight - kPlotLeft;
+  size_t i = 0;
+  for (int x = 0; x <= columns && i < s->count; x++) {
+    const uint64_t until = t_max ? (uint64_t)((double)t_max * (x + 1) / columns) : 0;
+    uint64_t most = 0;
+    int any = 0;
+    for (; i < s->count && (s->points[i].time_ns <= until || x == columns); i++) {
+      const uint64_t v = reserved ? s->points[i].reserved : s->points[i].live;
+      if (v > most) most = v;
+      any = 1;
+    }
+    if (!any) continue;
+    const double y = kPlotBottom - (y_max ? (double)most / (double)y_max : 0) * (kPlotBottom - kPlotTop);
+    fprintf(f, "%d,%.1f ", kPlotLeft + x, y);
+  }
+  fprintf(f, "\"/>\n");
+}
+
+static const char* state_class(uint32_t state) {
+  return state == GPUMEM_BLOCK_IN_USE ? "used" : state == GPUMEM_BLOCK_PENDING ? "pending" : "free";
+}
+
+static void write_page(FILE* f, const char* trace, const struct replay_result* r, const struct series* s,
+                       const struct blocks* b) {
+  char live[32], reserved[32];
+  human(live, sizeof live, r->peak_live);
+  human(reserved, sizeof reserved, r->peak_reserved);
+  const uint64_t t_max = s->count ? s->points[s->count - 1].time_ns : 0;
+  const uint64_t y_max = r->peak_reserved > r->peak_live ? r->peak_reserved : r->peak_live;
+  fprintf(f,
+          "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>gpumem: %s</title>\n"
+          "<style>\nbody { font: 14px sans-serif; margin: 24px; color: #222; }\n"
+          "h1 { font-size: 18px; } h2 { font-size: 15px; margin-top: 28px; }\n"
+          "table { border-collapse: collapse; } td, th { padding: 2px 12px 2px 0; text-align: left; }\n"
+          ".axis { stroke: #888; } .label { font-size: 11px; fill: #555; }\n"
+          "polyline { fill: none; stroke-width: 1.5; } .live { stroke: #1f77b4; } .reserved { stroke: #ff7f0e; }\n"
+          ".used { fill: #1f77b4; } .free { fill: #d8d8d8; } .pending { fill: #ff7f0e; } .segment { fill: none; "
+          "stroke: #444; stroke-width: 0.5; }\n.key { display: inline-block; width: 12px; height: 12px; "
+          "margin: 0 4px 0 12px; vertical-align: middle; }\n</style>\n</head>\n<body>\n",
+          trace);
+  fprintf(f, "<h1>gpumem: %s, replayed through %s</h1>\n", trace, r->name);
+  fprintf(f,
+          "<table id=\"summary\">\n<tr><th>peak live</th><td>%s</td></tr>\n<tr><th>peak reserved</th><td>%s</td></tr>\n"
+          "<tr><th>reserved / live</th><td>%.4f</td></tr>\n<tr><th>allocations</th><td>%llu</td></tr>\n"
+          "<tr><th>failed allocations</th><td>%llu</td></tr>\n</table>\n",
+          live, reserved, r->peak_live ? (double)r->peak_reserved / (double)r->peak_live : 0.0,
+          (unsigned long long)r->allocs, (unsigned long long)r->failed);
+
+  fprintf(f, "<h2>Memory over time</h2>\n<p><span class=\"key live\" style=\"background:#1f77b4\"></span>live "
+             "(bytes asked for by live allocations)<span class=\"key\" style=\"background:#ff7f0e\"></span>reserved "
+             "(bytes the pool held)</p>\n");
+  fprintf(f, "<svg id=\"timeline\" width=\"%d\" height=\"320\" viewBox=\"0 0 %d 320\" "
+             "xmlns=\"http://www.w3.org/2000/svg\">\n", kWidth, kWidth);
+  fprintf(f, "<line class=\"axis\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n", kPlotLeft, kPlotBottom, kPlotRight,
+          kPlotBottom);
+  fprintf(f, "<line class=\"axis\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n", kPlotLeft, kPlotTop, kPlotLeft,
+          kPlotBottom);
+  char top[32];
+  human(top, sizeof top, y_max);
+  fprintf(f, "<text class=\"label\" x=\"%d\" y=\"%d\" text-anchor=\"end\">%s</text>\n", kPlotLeft - 6, kPlotTop + 4,
+          top);
+  fprintf(f, "<text class=\"label\" x=\"%d\" y=\"%d\" text-anchor=\"end\">0</text>\n", kPlotLeft - 6, kPlotBottom);
+  fprintf(f, "<text class=\"label\" x=\"%d\" y=\"%d\">0 s</text>\n", kPlotLeft, kPlotBottom + 16);
+  fprintf(f, "<text class=\"label\" x=\"%d\" y=\"%d\" text-anchor=\"end\">%.3f s</text>\n", kPlotRight,
+          kPlotBottom + 16, (double)t_max / 1e9);
+  polyline(f, s, 1, t_max, y_max, "reserved");
+  polyline(f, s, 0, t_max, y_max, "live");
+  fprintf(f, "</svg>\n");
+
+  fprintf(f, "<h2>Segments at the peak</h2>\n<p>Each row is a segment (a block the pool took from the device), its "
+             "width in proportion to the largest; inside, its blocks:<span class=\"key\" "
+             "style=\"background:#1f77b4\"></span>in use<span class=\"key\" style=\"background:#d8d8d8\"></span>free"
+             "<span class=\"key\" style=\"background:#ff7f0e\"></span>pending.</p>\n");
+  if (b->status != GPUMEM_SUCCESS) {
+    fprintf(f, "<p id=\"no-segments\">No segment map: the configuration %s is not a pool.</p>\n", r->name);
+  } else {
+    size_t segments = 0;
+    uint64_t largest = 1;
+    for (size_t i = 0; i < b->count; i++) {
+      if (i == 0 || b->items[i].segment != b->items[i - 1].segment) segments++;
+      if (b->items[i].segment_size > largest) largest = b->items[i].segment_size;
+    }
+    const size_t shown = segments < kMaxSegments ? segments : kMaxSegments;
+    if (shown < segments)
+      fprintf(f, "<p>The first %zu of %zu segments, by address.</p>\n", shown, segments);
+    fprintf(f, "<svg id=\"segments\" width=\"%d\" height=\"%zu\" viewBox=\"0 0 %d %zu\" "
+               "xmlns=\"http://www.w3.org/2000/svg\">\n", kWidth, shown * 14 + 4, kWidth, shown * 14 + 4);
+    const double scale = (double)(kPlotRight - kPlotLeft) / (double)largest;
+    size_t row = 0;
+    for (size_t i = 0; i < b->count && row <= shown; i++) {
+      const gpumem_block_info_t* x = &b->items[i];
+      const int first = i == 0 || x->segment != b->items[i - 1].segment;
+      if (first && ++row > shown) break;
+      const double y = 2 + (double)(row - 1) * 14;
+      if (first) {
+        char size[32];
+        human(size, sizeof size, x->segment_size);
+        fprintf(f, "<text class=\"label\" x=\"%d\" y=\"%.0f\" text-anchor=\"end\">%s</text>\n", kPlotLeft - 6, y + 9,
+                size);
+      }
+      const double x0 = kPlotLeft + (double)((uintptr_t)x->address - (uintptr_t)x->segment) * scale;
+      const double w = (double)x->size * scale;
+      fprintf(f, "<rect class=\"%s\" x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"10\"><title>%llu bytes at %p, %s",
+              state_class(x->state), x0, y, w > 0.5 ? w : 0.5, (unsigned long long)x->size, x->address,
+              state_class(x->state));
+      if (x->state == GPUMEM_BLOCK_IN_USE) fprintf(f, ", %llu asked", (unsigned long long)x->requested);
+      fprintf(f, "</title></rect>\n");
+      const int last = i + 1 == b->count || b->items[i + 1].segment != x->segment;
+      if (last)
+        fprintf(f, "<rect class=\"segment\" x=\"%d\" y=\"%.0f\" width=\"%.2f\" height=\"10\"/>\n", kPlotLeft, y,
+                (double)x->segment_size * scale);
+    }
+    fprintf(f, "</svg>\n");
+  }
+  fprintf(f, "</body>\n</html>\n");
+}
+
+int viz_main(int argc, char** argv) {
+  const char* path = NULL;
+  const char* out = "memory.html";
+  const char* config = "pool";
+  uint64_t capacity = 80ULL << 30;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "-o") && i + 1 < argc) {
+      out = argv[++i];
+    } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
+      config = argv[++i];
+    } else if (!strcmp(argv[i], "--device-memory") && i + 1 < argc) {
+      if (replay_parse_size(argv[++i], &capacity) != 0 || capacity == 0) {
+        fprintf(stderr, "gpumem viz: --device-memory %s: give bytes, or a number with KiB, MiB, GiB or TiB\n",
+                argv[i]);
+        return 2;
+      }
+    } else if (argv[i][0] == '-' || path) {
+      fprintf(stderr, "gpumem viz: unexpected argument \"%s\"\n", argv[i]);
+      return 2;
+    } else {
+      path = argv[i];
+    }
+  }
+  if (!path) {
+    fprintf(stderr, "usage: gpumem viz TRACE [-o PAGE.html] [--config NAME] [--device-memory SIZE]\n");
+    return 2;
+  }
+  char error[256] = "";
+  const uint64_t records = replay_count_records(path, error, sizeof error);
+  if (error[0]) {
+    fprintf(stderr, "gpumem viz: %s\n", error);
+    return 1;
+  }
+  /* Once for the series and the peak's record, once more to the peak for its segments. */
+  struct series s = {0};
+  struct replay_result r;
+  memset(&r, 0, sizeof r);
+  r.name = config;
+  struct replay_observer timeline = {&s, on_step, 0, NULL};
+  replay_run(path, capacity, records, &r, &timeline);
+  struct blocks b = {0};
+  b.status = GPUMEM_ERROR_INVALID_HANDLE;
+  struct replay_result again;
+  memset(&again, 0, sizeof again);
+  again.name = config;
+  struct replay_observer peak = {&b, NULL, r.peak_record, at_peak};
+  if (!r.error[0] && r.allocs) replay_run(path, capacity, records, &again, &peak);
+  int status = 0;
+  if (r.error[0] || s.failed || b.failed) {
+    fprintf(stderr, "gpumem viz: %s\n", r.error[0] ? r.error : "out of host memory for the picture");
+    status = 1;
+  } else {
+    FILE* f = fopen(out, "w");
+    if (!f) {
+      fprintf(stderr, "gpumem viz: cannot create %s: %s\n", out, strerror(errno));
+      status = 1;
+    } else {
+      write_page(f, path, &r, &s, &b);
+      if (fclose(f) != 0) {
+        fprintf(stderr, "gpumem viz: writing %s failed: %s\n", out, strerror(errno));
+        status = 1;
+      } else {
+        printf("wrote %s: %llu records, peak live %llu bytes, peak reserved %llu bytes\n", out,
+               (unsigned long long)records, (unsigned long long)r.peak_live, (unsigned long long)r.peak_reserved);
+      }
+    }
+  }
+  free(s.points);
+  free(b.items);
+  return status;
+}
