@@ -210,7 +210,6 @@ static void source_close(struct source* src) {
 
 /* ---- One configuration's replay. ---- */
 
-
 static double now_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);

@@ -126,11 +126,14 @@ static void write_page(FILE* f, const char* trace, const struct replay_result* r
           live, reserved, r->peak_live ? (double)r->peak_reserved / (double)r->peak_live : 0.0,
           (unsigned long long)r->allocs, (unsigned long long)r->failed);
 
-  fprintf(f, "<h2>Memory over time</h2>\n<p><span class=\"key live\" style=\"background:#1f77b4\"></span>live "
-             "(bytes asked for by live allocations)<span class=\"key\" style=\"background:#ff7f0e\"></span>reserved "
-             "(bytes the pool held)</p>\n");
-  fprintf(f, "<svg id=\"timeline\" width=\"%d\" height=\"320\" viewBox=\"0 0 %d 320\" "
-             "xmlns=\"http://www.w3.org/2000/svg\">\n", kWidth, kWidth);
+  fprintf(f,
+          "<h2>Memory over time</h2>\n<p><span class=\"key live\" style=\"background:#1f77b4\"></span>live "
+          "(bytes asked for by live allocations)<span class=\"key\" style=\"background:#ff7f0e\"></span>reserved "
+          "(bytes the pool held)</p>\n");
+  fprintf(f,
+          "<svg id=\"timeline\" width=\"%d\" height=\"320\" viewBox=\"0 0 %d 320\" "
+          "xmlns=\"http://www.w3.org/2000/svg\">\n",
+          kWidth, kWidth);
   fprintf(f, "<line class=\"axis\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n", kPlotLeft, kPlotBottom, kPlotRight,
           kPlotBottom);
   fprintf(f, "<line class=\"axis\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>\n", kPlotLeft, kPlotTop, kPlotLeft,
@@ -141,16 +144,24 @@ static void write_page(FILE* f, const char* trace, const struct replay_result* r
           top);
   fprintf(f, "<text class=\"label\" x=\"%d\" y=\"%d\" text-anchor=\"end\">0</text>\n", kPlotLeft - 6, kPlotBottom);
   fprintf(f, "<text class=\"label\" x=\"%d\" y=\"%d\">0 s</text>\n", kPlotLeft, kPlotBottom + 16);
-  fprintf(f, "<text class=\"label\" x=\"%d\" y=\"%d\" text-anchor=\"end\">%.3f s</text>\n", kPlotRight,
-          kPlotBottom + 16, (double)t_max / 1e9);
+  char end[32];
+  if (t_max >= 1000000000)
+    snprintf(end, sizeof end, "%.3f s", (double)t_max / 1e9);
+  else if (t_max >= 1000000)
+    snprintf(end, sizeof end, "%.3f ms", (double)t_max / 1e6);
+  else
+    snprintf(end, sizeof end, "%.1f \u00b5s", (double)t_max / 1e3);
+  fprintf(f, "<text class=\"label\" x=\"%d\" y=\"%d\" text-anchor=\"end\">%s</text>\n", kPlotRight, kPlotBottom + 16,
+          end);
   polyline(f, s, 1, t_max, y_max, "reserved");
   polyline(f, s, 0, t_max, y_max, "live");
   fprintf(f, "</svg>\n");
 
-  fprintf(f, "<h2>Segments at the peak</h2>\n<p>Each row is a segment (a block the pool took from the device), its "
-             "width in proportion to the largest; inside, its blocks:<span class=\"key\" "
-             "style=\"background:#1f77b4\"></span>in use<span class=\"key\" style=\"background:#d8d8d8\"></span>free"
-             "<span class=\"key\" style=\"background:#ff7f0e\"></span>pending.</p>\n");
+  fprintf(f,
+          "<h2>Segments at the peak</h2>\n<p>Each row is a segment (a block the pool took from the device), its "
+          "width in proportion to the largest; inside, its blocks:<span class=\"key\" "
+          "style=\"background:#1f77b4\"></span>in use<span class=\"key\" style=\"background:#d8d8d8\"></span>free"
+          "<span class=\"key\" style=\"background:#ff7f0e\"></span>pending.</p>\n");
   if (b->status != GPUMEM_SUCCESS) {
     fprintf(f, "<p id=\"no-segments\">No segment map: the configuration %s is not a pool.</p>\n", r->name);
   } else {
@@ -161,10 +172,11 @@ static void write_page(FILE* f, const char* trace, const struct replay_result* r
       if (b->items[i].segment_size > largest) largest = b->items[i].segment_size;
     }
     const size_t shown = segments < kMaxSegments ? segments : kMaxSegments;
-    if (shown < segments)
-      fprintf(f, "<p>The first %zu of %zu segments, by address.</p>\n", shown, segments);
-    fprintf(f, "<svg id=\"segments\" width=\"%d\" height=\"%zu\" viewBox=\"0 0 %d %zu\" "
-               "xmlns=\"http://www.w3.org/2000/svg\">\n", kWidth, shown * 14 + 4, kWidth, shown * 14 + 4);
+    if (shown < segments) fprintf(f, "<p>The first %zu of %zu segments, by address.</p>\n", shown, segments);
+    fprintf(f,
+            "<svg id=\"segments\" width=\"%d\" height=\"%zu\" viewBox=\"0 0 %d %zu\" "
+            "xmlns=\"http://www.w3.org/2000/svg\">\n",
+            kWidth, shown * 14 + 4, kWidth, shown * 14 + 4);
     const double scale = (double)(kPlotRight - kPlotLeft) / (double)largest;
     size_t row = 0;
     for (size_t i = 0; i < b->count && row <= shown; i++) {
@@ -207,8 +219,7 @@ int viz_main(int argc, char** argv) {
       config = argv[++i];
     } else if (!strcmp(argv[i], "--device-memory") && i + 1 < argc) {
       if (replay_parse_size(argv[++i], &capacity) != 0 || capacity == 0) {
-        fprintf(stderr, "gpumem viz: --device-memory %s: give bytes, or a number with KiB, MiB, GiB or TiB\n",
-                argv[i]);
+        fprintf(stderr, "gpumem viz: --device-memory %s: give bytes, or a number with KiB, MiB, GiB or TiB\n", argv[i]);
         return 2;
       }
     } else if (argv[i][0] == '-' || path) {
