@@ -37,6 +37,7 @@ Allocator::~Allocator() {
   // Whatever it recorded stays readable: the file is completed. A failure to write it was the
   // caller's to hear from gpumem_trace_stop(), which can no longer reach this allocator.
   if (trace::Recorder* r = recorder_.exchange(nullptr)) {
+    r->owner.store(nullptr);  // gpumem_trace_stop() must not reach this allocator any more
     try {
       r->close();
     } catch (...) {

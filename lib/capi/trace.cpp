@@ -36,7 +36,10 @@ GPUMEM_API gpumem_status_t gpumem_trace_stop(gpumem_trace_t* trace) {
       fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a trace being recorded (stopped already, or never started)",
            static_cast<void*>(trace));
     r->magic = 0;
-    static_cast<Allocator*>(r->owner)->stop_trace(r);
+    if (void* owner = r->owner.exchange(nullptr))
+      static_cast<Allocator*>(owner)->stop_trace(r);
+    else
+      r->close();  // its allocator is gone and completed the file
   });
 }
 

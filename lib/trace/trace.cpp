@@ -59,18 +59,18 @@ constexpr size_t kFixedHeader = 8 + 4 + 4 + 4 + 4 + 8 + 2;
 
 }  // namespace
 
-void* Recorder::operator new(size_t size) { return ::operator new(size); }
-
-// Kept, never freed: see the class comment. The cost is the object (its buffer and file are
-// released by close()); the list keeps it reachable for leak checkers.
-void Recorder::operator delete(void* p, size_t) noexcept {
-  static auto* closed = new std::vector<void*>;
+void* Recorder::operator new(size_t size) {
+  static auto* all = new std::vector<void*>;  // leaked with its contents, on purpose
   static auto* mutex = new std::mutex;
+  void* p = ::operator new(size);
   std::lock_guard<std::mutex> lock(*mutex);
   try {
-    closed->push_back(p);
+    all->push_back(p);
   } catch (...) {
+    ::operator delete(p);
+    throw;
   }
+  return p;
 }
 
 Recorder::Recorder(const std::string& path, int device, const char* kind) : path_(path) {

@@ -2,6 +2,7 @@
 // gives them back. The file format is docs/trace-format.md. Knows nothing about CUDA.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <mutex>
@@ -42,22 +43,23 @@ struct Header {
 constexpr char kMagic[8] = {'G', 'P', 'U', 'M', 'E', 'M', 'T', 'R'};
 constexpr uint32_t kVersion = 1;
 
-// Writes one allocator's events to a file, in the order they are recorded. Thread-safe. Its
-// memory is never freed, so that a thread still inside record() when the recording stops finds
-// it closed rather than gone.
+// Writes one allocator's events to a file, in the order they are recorded. Thread-safe. It is
+// never deleted, so that a thread still inside record() when the recording stops finds it closed
+// rather than gone; close() releases its buffer and file.
 class Recorder {
  public:
   // A live recording carries this; stopping clears it, so a stale handle is refused.
   static constexpr uint64_t kLive = 0x7472616365616c21;  // "traceal!"
   uint64_t magic = kLive;
-  void* owner = nullptr;  // the allocator that records into it
+  // The allocator that records into it; cleared when that allocator is destroyed.
+  std::atomic<void*> owner{nullptr};
 
   // Creates path and writes the header; throws GPUMEM_ERROR_IO.
   Recorder(const std::string& path, int device, const char* kind);
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
-  static void* operator new(size_t size);
-  static void operator delete(void* p, size_t size) noexcept;
+  static void* operator new(size_t size);  // kept reachable for leak checkers; never freed
+  static void operator delete(void*, size_t) noexcept {}  // a constructor that threw: kept too
 
   // Appends a record; never throws. After a write failure nothing more is recorded and close()
   // reports it.
