@@ -343,7 +343,7 @@ void replay_run(const char* path, uint64_t capacity, uint64_t records, struct re
     }
     if (observer && observer->on_step) observer->on_step(observer->context, rec.time_ns, live, dev.reserved);
     if (observer && observer->at_record && index == observer->stop_record) {
-      observer->at_record(observer->context, config);
+      observer->at_record(observer->context, config, (gpumem_stream_t)(uintptr_t)rec.stream);
       break;
     }
   }
@@ -369,11 +369,31 @@ uint64_t replay_count_records(const char* path, char* error, size_t error_size) 
   return n;
 }
 
-static void print_bytes(uint64_t b) {
+/* Bytes in GiB or MiB, after a space, right-aligned in width characters (0: as they come). */
+static void print_bytes(uint64_t b, int width) {
   if (b >= (1ULL << 30))
-    printf(" %10.2f GiB", (double)b / (double)(1ULL << 30));
+    printf(" %*.2f GiB", width, (double)b / (double)(1ULL << 30));
   else
-    printf(" %10.2f MiB", (double)b / (double)(1ULL << 20));
+    printf(" %*.2f MiB", width, (double)b / (double)(1ULL << 20));
+}
+
+/* At the peak: the largest allocation the configuration would still give, found by trying (on
+ * the peak's stream), so every rule of the configuration counts: its limit, the device's room,
+ * its cached pieces, and giving back its cache when it runs short. */
+static void largest_fit(void* context, gpumem_allocator_t* config, gpumem_stream_t stream) {
+  uint64_t* fits = context;
+  uint64_t lo = 0, hi = fits[1]; /* lo succeeds (or is 0); fits[1] is the device's capacity */
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo + 1) / 2;
+    void* p = NULL;
+    if (gpumem_alloc(config, mid, stream, &p) == GPUMEM_SUCCESS) {
+      gpumem_free(config, p, stream);
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  fits[0] = lo;
 }
 
 int replay_main(int argc, char** argv) {
@@ -413,7 +433,7 @@ int replay_main(int argc, char** argv) {
     return 1;
   }
   printf("trace %s: %llu records; simulated device of", path, (unsigned long long)records);
-  print_bytes(capacity);
+  print_bytes(capacity, 0);
   printf("\n\n%-24s %14s %14s %9s %10s %10s %8s %8s\n", "configuration", "peak live", "peak reserved", "reserved/",
          "ns/op", "allocs", "failed", "unmatched");
   printf("%-24s %14s %14s %9s\n", "", "", "", "live");
@@ -428,20 +448,31 @@ int replay_main(int argc, char** argv) {
       status = 1;
       continue;
     }
+    if (r.allocs) { /* again, to the peak, to try what would still fit there */
+      uint64_t fits[2] = {0, capacity};
+      struct replay_result again;
+      memset(&again, 0, sizeof again);
+      again.name = r.name;
+      const struct replay_observer at_peak = {fits, NULL, r.peak_record, largest_fit};
+      replay_run(path, capacity, records, &again, &at_peak);
+      r.fits_at_peak = fits[0];
+    }
     printf("%-24s", r.name);
-    print_bytes(r.peak_live);
-    print_bytes(r.peak_reserved);
+    print_bytes(r.peak_live, 10);
+    print_bytes(r.peak_reserved, 10);
     printf(" %9.4f %10.1f %10llu %8llu %8llu\n", r.peak_live ? (double)r.peak_reserved / (double)r.peak_live : 0.0,
            r.ns_per_op, (unsigned long long)r.allocs, (unsigned long long)r.failed,
            (unsigned long long)r.unmatched_frees);
+    printf("  at the peak (record %llu): the largest allocation that would still succeed is",
+           (unsigned long long)r.peak_record);
+    print_bytes(r.fits_at_peak, 0);
+    printf("; the device had");
+    print_bytes(r.headroom_at_peak, 0);
+    printf(" free\n");
     if (r.failed)
-      printf("  first out of memory: record %llu, %llu bytes, %.3f s into the trace; device headroom at the peak",
+      printf("  first out of memory: record %llu, %llu bytes, %.3f s into the trace\n",
              (unsigned long long)r.first_failure_record, (unsigned long long)r.first_failure_size,
              (double)r.first_failure_time_ns / 1e9);
-    if (r.failed) {
-      print_bytes(r.headroom_at_peak);
-      printf("\n");
-    }
   }
   return status;
 }

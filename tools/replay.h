@@ -9,7 +9,8 @@
 struct replay_result {
   const char* name; /* the configuration: "pool", "pool:limit=SIZE" or "device" */
   uint64_t peak_live, peak_reserved, headroom_at_peak;
-  uint64_t peak_record; /* the record at which reserved bytes first reached their peak */
+  uint64_t fits_at_peak; /* the largest allocation that would still succeed at the peak (replay_main) */
+  uint64_t peak_record;  /* the record at which reserved bytes first reached their peak */
   uint64_t allocs, frees, failed, unmatched_frees;
   uint64_t first_failure_record, first_failure_size, first_failure_time_ns;
   double ns_per_op;
@@ -21,7 +22,7 @@ struct replay_observer {
   void* context;
   void (*on_step)(void* context, uint64_t time_ns, uint64_t live, uint64_t reserved);
   uint64_t stop_record; /* with at_record: called after this record, then the replay ends */
-  void (*at_record)(void* context, gpumem_allocator_t* config);
+  void (*at_record)(void* context, gpumem_allocator_t* config, gpumem_stream_t stream);
 };
 
 /* Replays the trace at path (a gpumem trace or an RMM CSV log; records counts them, for the

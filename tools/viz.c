@@ -60,7 +60,8 @@ static void on_block(const gpumem_block_info_t* block, void* user_data) {
   b->items[b->count++] = *block;
 }
 
-static void at_peak(void* context, gpumem_allocator_t* config) {
+static void at_peak(void* context, gpumem_allocator_t* config, gpumem_stream_t stream) {
+  (void)stream;
   struct blocks* b = context;
   b->status = gpumem_pool_snapshot(config, on_block, b);
 }
