@@ -12,21 +12,13 @@
 
 #include "alloc/raw.hpp"
 #include "pool/pool.hpp"
+#include "test_check.hpp"
 
 using gpumem::alloc::StreamOrder;
 using gpumem::pool::Pool;
 using gpumem::pool::StreamReuse;
 
 namespace {
-
-int failures = 0;
-#define CHECK(cond)                                                    \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
-      std::printf("%s:%d: %s: %s\n", __FILE__, __LINE__, test, #cond); \
-      ++failures;                                                      \
-    }                                                                  \
-  } while (0)
 
 gpumem_stream_t stream(int n) { return reinterpret_cast<gpumem_stream_t>(uintptr_t(0x1000) * n); }
 const gpumem_stream_t kS1 = stream(1), kS2 = stream(2), kS3 = stream(3), kDead = stream(9), kNoHostMemory = stream(10);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "test_check.hpp"
 #include "trace/trace.hpp"
 
 namespace {
@@ -19,15 +20,6 @@ namespace {
 using gpumem::trace::Event;
 using gpumem::trace::Reader;
 using gpumem::trace::Record;
-
-int failures = 0;
-#define CHECK(cond)                                                    \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
-      std::printf("%s:%d: %s: %s\n", __FILE__, __LINE__, test, #cond); \
-      ++failures;                                                      \
-    }                                                                  \
-  } while (0)
 
 std::string temp_path(const char* name) {
   const char* dir = std::getenv("TMPDIR");
