@@ -67,7 +67,7 @@
   X(cuEventRecord, 2000)                               \
   X(cuEventSynchronize, 2000)                          \
   X(cuEventQuery, 2000)                                \
-  X(cuStreamWaitEvent, 3020) \
+  X(cuStreamWaitEvent, 3020)                           \
   X(cuEventDestroy, 4000)                              \
   X(cuModuleLoadData, 2000)                            \
   X(cuModuleGetFunction, 2000)                         \

@@ -58,7 +58,7 @@ class Recorder {
   Recorder(const std::string& path, int device, const char* kind);
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
-  static void* operator new(size_t size);  // kept reachable for leak checkers; never freed
+  static void* operator new(size_t size);                 // kept reachable for leak checkers; never freed
   static void operator delete(void*, size_t) noexcept {}  // a constructor that threw: kept too
 
   // Appends a record; never throws. After a write failure nothing more is recorded and close()
