@@ -95,6 +95,16 @@ size_t device_free_bytes() {
 // indirect call of its own), reset (empty its cache and reset its peaks, so a test starts cold)
 // and memory_extras (what it says it holds, for the random pattern).
 
+// Empties a CUDA pool's cache and restarts its high-water marks (the driver takes only 0 for them).
+void trim_and_reset_peaks(cudaMemPool_t pool) {
+  check(cudaMemPoolTrimTo(pool, 0), "cudaMemPoolTrimTo");
+  uint64_t zero = 0;
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &zero),
+        "cudaMemPoolSetAttribute(ReservedMemHigh)");
+  zero = 0;
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero), "cudaMemPoolSetAttribute(UsedMemHigh)");
+}
+
 gpumem_allocator_stats_t stats_of(gpumem_allocator_t* a) {
   gpumem_allocator_stats_t s;
   std::memset(&s, 0, sizeof s);
@@ -151,12 +161,7 @@ struct CudaMallocAsync {
   void free(void* p) { check(cudaFreeAsync(p, nullptr), "cudaFreeAsync"); }
   void reset() {
     check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
-    check(cudaMemPoolTrimTo(pool, 0), "cudaMemPoolTrimTo");
-    uint64_t zero = 0;
-    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &zero),
-          "cudaMemPoolSetAttribute(ReservedMemHigh)");
-    zero = 0;
-    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero), "cudaMemPoolSetAttribute(UsedMemHigh)");
+    trim_and_reset_peaks(pool);
   }
   std::string live_extras(uint64_t) { return ""; }
   std::string peak_extras() {
@@ -402,12 +407,7 @@ struct CudaAsyncOnStreams {
   void reset() {
     // Memory freed on a stream is only trimmed once that stream's work is done.
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    check(cudaMemPoolTrimTo(pool, 0), "cudaMemPoolTrimTo");
-    uint64_t zero = 0;
-    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &zero),
-          "cudaMemPoolSetAttribute(ReservedMemHigh)");
-    zero = 0;
-    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero), "cudaMemPoolSetAttribute(UsedMemHigh)");
+    trim_and_reset_peaks(pool);
     reserved_at_reset = attribute(cudaMemPoolAttrReservedMemCurrent);
   }
   MemPeaks peaks() {

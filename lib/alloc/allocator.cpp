@@ -1,5 +1,7 @@
 #include "alloc/allocator.hpp"
 
+#include "core/keep.hpp"
+
 #include <algorithm>
 
 namespace gpumem::alloc {
@@ -12,17 +14,8 @@ void Allocator::operator delete(void* p, size_t size, std::align_val_t) noexcept
 
 // Never freed: a destroyed allocator's memory stays readable and marked destroyed, and is never
 // reused, so a stale handle is refused rather than taken for another allocator. The cost is the
-// object itself (a few hundred bytes) per destroyed allocator; what it held is freed. The list
-// only keeps the memory reachable, so leak checkers do not report it.
-void Allocator::operator delete(void* p, size_t) noexcept {
-  static auto* destroyed = new std::vector<void*>;  // leaked with its contents, on purpose
-  static auto* mutex = new std::mutex;              // leaked too: allocators may be destroyed during exit
-  std::lock_guard<std::mutex> lock(*mutex);
-  try {
-    destroyed->push_back(p);
-  } catch (...) {
-  }
-}
+// object itself (a few hundred bytes) per destroyed allocator; what it held is freed.
+void Allocator::operator delete(void* p, size_t) noexcept { keep_forever(p); }
 
 void Allocator::refuse(gpumem_allocator_t* handle) {
   fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem allocator (destroyed, or never created)",

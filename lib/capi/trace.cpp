@@ -1,14 +1,13 @@
-// Trace recording at the C boundary.
-#include "gpumem/trace.h"
+// Trace recording and reading at the C boundary.
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <vector>
 
 #include "alloc/defaults.hpp"
 #include "capi/guard.hpp"
+#include "core/keep.hpp"
+#include "gpumem/trace.h"
 
 using gpumem::fail;
 using gpumem::require;
@@ -54,15 +53,7 @@ struct ReaderHandle {
   std::string damage;  // the first failure of next(), repeated by later calls
 
   static void* operator new(size_t size) { return ::operator new(size); }
-  static void operator delete(void* p, size_t) noexcept {
-    static auto* closed = new std::vector<void*>;
-    static auto* mutex = new std::mutex;
-    std::lock_guard<std::mutex> lock(*mutex);
-    try {
-      closed->push_back(p);
-    } catch (...) {
-    }
-  }
+  static void operator delete(void* p, size_t) noexcept { gpumem::keep_forever(p); }
 };
 
 ReaderHandle* reader_from(gpumem_trace_reader_t* handle) {

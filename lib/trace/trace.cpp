@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include "core/error.hpp"
+#include "core/keep.hpp"
 
 namespace gpumem::trace {
 namespace {
@@ -60,16 +61,8 @@ constexpr size_t kFixedHeader = 8 + 4 + 4 + 4 + 4 + 8 + 2;
 }  // namespace
 
 void* Recorder::operator new(size_t size) {
-  static auto* all = new std::vector<void*>;  // leaked with its contents, on purpose
-  static auto* mutex = new std::mutex;
   void* p = ::operator new(size);
-  std::lock_guard<std::mutex> lock(*mutex);
-  try {
-    all->push_back(p);
-  } catch (...) {
-    ::operator delete(p);
-    throw;
-  }
+  keep_forever(p);
   return p;
 }
 
