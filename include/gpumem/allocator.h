@@ -55,6 +55,31 @@ typedef gpumem_status_t (*gpumem_free_fn)(void* context, void* ptr, size_t size,
 typedef void (*gpumem_context_destroy_fn)(void* context);
 
 /**
+ * @brief Reserves a range of addresses with nothing mapped, for a caller-supplied allocator whose
+ *        memory a pool maps on demand (see ::gpumem_allocator_functions_t).
+ * @param[in] context The caller's context.
+ * @param[in] size Bytes of addresses; a multiple of the allocator's @c map_unit.
+ * @param[in] device The allocator's device (-1 for host memory).
+ * @param[out] out_ptr Receives the range's start, aligned to @c map_unit.
+ * @return ::GPUMEM_SUCCESS, ::GPUMEM_ERROR_OUT_OF_MEMORY when no addresses are left, or another
+ *         status, which reaches the caller of gpumem_alloc().
+ * @since 0.4.0
+ */
+typedef gpumem_status_t (*gpumem_reserve_fn)(void* context, size_t size, int32_t device, void** out_ptr);
+
+/**
+ * @brief Maps memory into, or unmaps it from, part of a range that #gpumem_reserve_fn gave.
+ * @param[in] context The caller's context.
+ * @param[in] ptr Start of the part, a multiple of @c map_unit from the range's start.
+ * @param[in] size Bytes; a multiple of @c map_unit, inside the range.
+ * @param[in] device The allocator's device (-1 for host memory).
+ * @return ::GPUMEM_SUCCESS; a map may return ::GPUMEM_ERROR_OUT_OF_MEMORY (a pool then returns
+ *         cached memory and retries), having mapped nothing; another status reaches the caller.
+ * @since 0.4.0
+ */
+typedef gpumem_status_t (*gpumem_map_fn)(void* context, void* ptr, size_t size, int32_t device);
+
+/**
  * @brief An allocator given as C functions (CuPy's `CFunctionAllocator`, with a stream).
  * @since 0.1.0
  */
@@ -65,6 +90,16 @@ typedef struct gpumem_allocator_functions_s {
   gpumem_alloc_fn alloc;             /**< Required. */
   gpumem_free_fn free;               /**< Required. */
   gpumem_context_destroy_fn destroy; /**< Optional; called once, from gpumem_allocator_destroy(). */
+  /** Optional, with the four below: address ranges a pool maps memory into as it grows, so its
+      segments grow in place (@since 0.4.0). All of @c reserve, @c unreserve, @c map and @c unmap,
+      or none. */
+  gpumem_reserve_fn reserve;
+  gpumem_map_fn unreserve; /**< Releases a whole range from @c reserve, with nothing mapped in it. */
+  gpumem_map_fn map;       /**< Maps memory into part of a range. */
+  gpumem_map_fn unmap;     /**< Unmaps part of a range that @c map mapped. */
+  uint64_t map_unit;       /**< Bytes mapped at a time: a power of two, at least 512; 0 with no ranges. */
+  uint64_t range_size;     /**< Bytes of addresses a pool reserves at a time: a multiple of @c map_unit
+                                (a request larger than one range fails). */
 } gpumem_allocator_functions_t;
 
 /** @brief Statistics of an allocator, from gpumem_allocator_get_stats(). @since 0.1.0 */

@@ -52,13 +52,17 @@ typedef struct gpumem_pool_info_s {
   uint32_t arena_count;      /**< Streams with an arena. */
   uint64_t pending_bytes;    /**< Bytes freed while other streams' work may still use them, handed out
                                   again once that work is done (@since 0.3.0). */
+  uint64_t address_bytes;    /**< Bytes of addresses the pool's segments span: @c total_bytes, plus
+                                  over an upstream with address ranges (gpumem_allocator_create_vm())
+                                  the addresses with nothing mapped (@since 0.4.0). */
 } gpumem_pool_info_t;
 
 /** @brief States of a pool's blocks in a snapshot. @since 0.3.0 */
 enum gpumem_block_state {
   GPUMEM_BLOCK_FREE = 0,   /**< Cached, free for reuse. */
   GPUMEM_BLOCK_IN_USE = 1, /**< Handed out and not freed. */
-  GPUMEM_BLOCK_PENDING = 2 /**< Freed, waiting for other streams' work before reuse. */
+  GPUMEM_BLOCK_PENDING = 2, /**< Freed, waiting for other streams' work before reuse. */
+  GPUMEM_BLOCK_UNMAPPED = 3 /**< Addresses of a segment with no memory mapped (@since 0.4.0). */
 };
 
 /** @brief One block of a pool, from gpumem_pool_snapshot(). @since 0.3.0 */

@@ -63,6 +63,26 @@ struct Stats {
   }
 };
 
+// Address ranges into which memory is mapped on demand (CUDA's virtual memory management, or the
+// caller's functions): what lets a pool's segments grow in place. A range is reserved and
+// unreserved whole; map and unmap take offsets and sizes in whole units, inside one range.
+class Ranges {
+ public:
+  virtual size_t unit() const = 0;        // bytes mapped at a time; a power of two, at least 512
+  virtual size_t range_size() const = 0;  // bytes of addresses a pool reserves at a time
+  // A new range with nothing mapped, aligned to the unit. Throws OUT_OF_MEMORY when no addresses
+  // are left.
+  virtual uintptr_t reserve(size_t size) = 0;
+  virtual void unreserve(uintptr_t base, size_t size) = 0;
+  // Backs [p, p + size) with memory the allocator's device (and its peers) can reach. Throws
+  // OUT_OF_MEMORY when the device has no more, having mapped nothing.
+  virtual void map(uintptr_t p, size_t size) = 0;
+  virtual void unmap(uintptr_t p, size_t size) = 0;
+
+ protected:
+  ~Ranges() = default;
+};
+
 class Allocator : public gpumem_allocator_s {
  public:
   Allocator(int device, const char* kind) : device_(device), kind_(kind) {}
@@ -107,6 +127,9 @@ class Allocator : public gpumem_allocator_s {
   // How the GPU's streams' work on this allocator's memory is ordered; NULL for memory no stream's
   // work touches (plain host memory). A pool built on it fences its frees with it.
   virtual StreamOrder* stream_order() { return nullptr; }
+  // The allocator's address ranges, for a pool to grow its segments in place; NULL for kinds
+  // that only hand out whole allocations.
+  virtual Ranges* ranges() { return nullptr; }
 
   // Lets peer_device's kernels and copies reach this allocator's memory, or stops it. Kinds whose
   // memory cannot be shared that way refuse with GPUMEM_ERROR_NOT_SUPPORTED.
