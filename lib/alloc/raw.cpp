@@ -207,11 +207,39 @@ gpumem_status_t known(gpumem_status_t st) {
   return std::strcmp(status_name(st), "GPUMEM_UNKNOWN_STATUS") == 0 ? GPUMEM_ERROR_INVALID_ARGUMENT : st;
 }
 
-class FunctionsAllocator final : public RawAllocator {
+class FunctionsAllocator final : public RawAllocator, public Ranges {
  public:
   explicit FunctionsAllocator(const gpumem_allocator_functions_t& f) : RawAllocator(f.device, "caller's"), f_(f) {}
   ~FunctionsAllocator() override {
     if (f_.destroy) f_.destroy(f_.context);
+  }
+  Ranges* ranges() override { return f_.reserve ? this : nullptr; }
+  size_t unit() const override { return f_.map_unit; }
+  size_t range_size() const override { return f_.range_size; }
+  uintptr_t reserve(size_t size) override {
+    void* p = nullptr;
+    const gpumem_status_t st = f_.reserve(f_.context, size, device(), &p);
+    if (st != GPUMEM_SUCCESS)
+      fail(known(st), "the caller's reserve function returned %s (%d) for %s", status_name(st), st,
+           bytes(size).c_str());
+    if (!p || reinterpret_cast<uintptr_t>(p) % f_.map_unit) {
+      if (p) f_.unreserve(f_.context, p, size, device());
+      fail(GPUMEM_ERROR_INTERNAL,
+           "the caller's reserve function returned %p for %s, not a start aligned to map_unit %s", p,
+           bytes(size).c_str(), bytes(f_.map_unit).c_str());
+    }
+    return reinterpret_cast<uintptr_t>(p);
+  }
+  void unreserve(uintptr_t base, size_t size) override { call(f_.unreserve, "unreserve", base, size); }
+  void map(uintptr_t p, size_t size) override {
+    call(f_.map, "map", p, size);
+    std::lock_guard<SpinLock> lock(mutex_);
+    stats_.on_reserve(size);
+  }
+  void unmap(uintptr_t p, size_t size) override {
+    call(f_.unmap, "unmap", p, size);
+    std::lock_guard<SpinLock> lock(mutex_);
+    stats_.on_unreserve(size);
   }
 
  protected:
@@ -229,6 +257,14 @@ class FunctionsAllocator final : public RawAllocator {
     const gpumem_status_t st = f_.free(f_.context, p, size, device(), stream);
     if (st != GPUMEM_SUCCESS)
       fail(known(st), "the caller's free function returned %s (%d) for %p", status_name(st), st, p);
+  }
+
+ private:
+  void call(gpumem_map_fn fn, const char* name, uintptr_t p, size_t size) {
+    const gpumem_status_t st = fn(f_.context, reinterpret_cast<void*>(p), size, device());
+    if (st != GPUMEM_SUCCESS)
+      fail(known(st), "the caller's %s function returned %s (%d) for %s at %p", name, status_name(st), st,
+           bytes(size).c_str(), reinterpret_cast<void*>(p));
   }
 
  private:
@@ -276,6 +312,18 @@ Allocator* make_functions(const gpumem_allocator_functions_t& f) {
   require(f.alloc != nullptr, "functions->alloc is NULL");
   require(f.free != nullptr, "functions->free is NULL");
   if (f.device < -1) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "functions->device %d is neither a device nor -1", f.device);
+  const int ranges = (f.reserve != nullptr) + (f.unreserve != nullptr) + (f.map != nullptr) + (f.unmap != nullptr);
+  if (ranges != 0 && ranges != 4)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "functions has %d of reserve, unreserve, map and unmap; give all four or none",
+         ranges);
+  if (ranges) {
+    if (f.map_unit < 512 || (f.map_unit & (f.map_unit - 1)))
+      fail(GPUMEM_ERROR_INVALID_ARGUMENT, "functions->map_unit %llu is not a power of two of at least 512",
+           static_cast<unsigned long long>(f.map_unit));
+    if (f.range_size == 0 || f.range_size % f.map_unit)
+      fail(GPUMEM_ERROR_INVALID_ARGUMENT, "functions->range_size %llu is not a positive multiple of map_unit %llu",
+           static_cast<unsigned long long>(f.range_size), static_cast<unsigned long long>(f.map_unit));
+  }
   return new FunctionsAllocator(f);
 }
 

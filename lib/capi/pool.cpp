@@ -98,6 +98,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_get_info(gpumem_allocator_t* pool, gpumem
       out.limit = i.limit;
       out.arena_count = i.arenas;
       out.pending_bytes = i.pending;
+      out.address_bytes = i.addresses;
     });
   });
 }
@@ -146,7 +147,16 @@ GPUMEM_API gpumem_status_t gpumem_reclaim_remove(uint64_t id) {
 namespace {
 
 const char* block_state_name(int state) {
-  return state == GPUMEM_BLOCK_IN_USE ? "in_use" : state == GPUMEM_BLOCK_PENDING ? "pending" : "free";
+  switch (state) {
+    case GPUMEM_BLOCK_IN_USE:
+      return "in_use";
+    case GPUMEM_BLOCK_PENDING:
+      return "pending";
+    case GPUMEM_BLOCK_UNMAPPED:
+      return "unmapped";
+    default:
+      return "free";
+  }
 }
 
 }  // namespace

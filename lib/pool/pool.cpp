@@ -5,120 +5,26 @@
 #include <cstring>
 
 #include "gpumem/pool.h"
+#include "pool/pool_parts.hpp"
 
 namespace gpumem::pool {
 namespace {
-
-// Size classes: exact below 64 units of kRound (32 KiB), then 32 classes per power of two, so a
-// class is at most 1/32 of its sizes wide. A bitmap over the classes finds the next non-empty one.
-constexpr int kExactClasses = 64;
-constexpr int kSubClasses = 32;
-constexpr int kClasses = kExactClasses + 49 * kSubClasses;  // units below 2^55: sizes below 2^64
-constexpr int kWords = (kClasses + 63) / 64;
-
-int size_class(size_t rounded) {
-  const uint64_t units = rounded / kRound;
-  if (units < kExactClasses) return static_cast<int>(units);
-  const int top = 63 - __builtin_clzll(units);
-  const int sub = static_cast<int>((units >> (top - 5)) & (kSubClasses - 1));
-  return kExactClasses + (top - 6) * kSubClasses + sub;
-}
 
 // The chunks scanned in the request's own class for the best fit, before moving up a class.
 constexpr int kScan = 16;
 
 std::atomic<Pool::ReclaimRunner> reclaim_runner{nullptr};
 
-// The per-thread default stream is a different stream on every thread: its arena key is an
-// address no stream object can have.
-thread_local char per_thread_stream_tag;
-
-uintptr_t stream_key(gpumem_stream_t stream) {
-  const auto value = reinterpret_cast<uintptr_t>(stream);
-  if (value == 0 || value == 1) return 1;  // NULL is the legacy stream
-  if (value == 2) return reinterpret_cast<uintptr_t>(&per_thread_stream_tag);
-  return value;
-}
-
 // How far an arena's bytes in use may drop before it tells the peak counter; see publish().
 constexpr uint64_t kPublishSlack = uint64_t{16} << 20;
 
-// The status of the exception being handled, as the C boundary reports it.
-gpumem_status_t current_status() {
-  try {
-    throw;
-  } catch (const Error& e) {
-    return e.status();
-  } catch (const std::bad_alloc&) {
-    return GPUMEM_ERROR_OUT_OF_MEMORY;
-  } catch (...) {
-    return GPUMEM_ERROR_INTERNAL;
-  }
-}
-
 // A free block its stream did not take again in this many of its allocations is spare.
 constexpr uint64_t kStaleAllocs = 16;
-
-// Arena::allocs_seen of an arena no other stream has looked into yet.
-constexpr uint64_t kNeverSeen = UINT64_MAX;
 
 // The thread's identity for last_publisher_.
 thread_local char publisher_tag;
 
 }  // namespace
-
-struct Pool::Chunk {
-  uintptr_t ptr;
-  size_t size;
-  size_t requested;
-  Chunk* prev;  // neighbours in the same upstream block
-  Chunk* next;
-  Chunk* free_prev;  // in its class's free list
-  Chunk* free_next;
-  Arena* arena;
-  gpumem_stream_t stream;              // in use: the stream it was handed out on
-  std::vector<gpumem_stream_t>* uses;  // in use: other streams it is used on (record_stream); usually NULL
-  int cls;                             // the size class of its size (kept while in use, for the free)
-  bool in_use;                         // handed out, or freed and pending: never merged
-  bool pending;                        // freed, waiting for fences in pending_frees_
-  uint64_t freed_at;                   // free: its arena's allocation count when it was freed
-};
-
-// Aligned to a cache line so that one thread's arena shares no line with another's.
-struct alignas(64) Pool::Arena {
-  Arena(uintptr_t k, gpumem_stream_t s) : key(k), stream(s) {}
-  const uintptr_t key;
-  const gpumem_stream_t stream;  // read by other streams' allocations looking for memory to borrow
-  alignas(64) SpinLock lock;     // guards everything below
-  uint64_t summary = 0;          // bit w set: words[w] is not 0
-  std::array<uint64_t, kWords> words{};
-  std::array<Chunk*, kClasses> heads{};
-  uint64_t free_blocks = 0;
-  uint64_t free_bytes = 0;
-  bool unfenceable = false;           // recording on its stream failed (destroyed by its owner): lend nothing
-  uint64_t allocs_seen = kNeverSeen;  // allocs when another stream last looked for a block to take
-  // Every chunk of the arena's blocks, free or in use, by address: a chunk enters when a block
-  // arrives or is split and leaves when it is merged or returned, so a cached allocation and its
-  // free touch no map entry.
-  tsl::robin_map<uintptr_t, Chunk*, alloc::AddressHash> chunks;
-  std::vector<std::unique_ptr<Chunk[]>> chunk_slabs;
-  Chunk* spare_chunks = nullptr;
-  // What was handed out from the arena's blocks and not yet freed.
-  uint64_t in_use = 0, requested = 0, live = 0, allocs = 0, frees = 0;
-  uint64_t published = 0;  // in_use as last added to the pool's published_in_use_
-
-  // The first non-empty class at or above c, or -1.
-  int find_from(int c) const {
-    if (c >= kClasses) return -1;
-    int w = c >> 6;
-    uint64_t bits = words[w] & (~uint64_t{0} << (c & 63));
-    if (bits) return (w << 6) + __builtin_ctzll(bits);
-    const uint64_t rest = w + 1 < 64 ? summary & (~uint64_t{0} << (w + 1)) : 0;
-    if (!rest) return -1;
-    w = __builtin_ctzll(rest);
-    return (w << 6) + __builtin_ctzll(words[w]);
-  }
-};
 
 // Arenas by key, open addressing, read without a lock: a slot is written once, under mutex_, and a
 // half-full table is replaced by a copy twice its size while readers may still use the old one.
@@ -151,6 +57,7 @@ Pool::Pool(alloc::Allocator* upstream, uint64_t limit, alloc::StreamOrder* order
     : alloc::Allocator(upstream->device(), "pool"),
       upstream_(upstream),
       order_(order),
+      ranges_(upstream->ranges()),
       reuse_(order ? StreamReuse::kFenceWait : StreamReuse::kNever),
       limit_(limit) {
   tables_.push_back(std::make_unique<ArenaTable>(16));
@@ -415,13 +322,20 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
     if (void* p = take_own()) return p;
   if (void* p = take_block_across(arena, rounded, size, stream)) return p;
   bool beyond_limit;
+  const bool beyond_range = ranges_ && rounded > ranges_->range_size();
   {
     std::lock_guard<SpinLock> lock(mutex_);
     beyond_limit = limit_ && rounded > limit_;
-    if (beyond_limit) ++stats_.ooms;
+    if (beyond_limit || beyond_range) ++stats_.ooms;
   }
   // Nothing could make room for it: refused before the cache is given back.
   if (beyond_limit) fail_out_of_memory(size, rounded, "the pool's limit, which the request alone exceeds", arena);
+  if (beyond_range)
+    fail_out_of_memory(size, rounded,
+                       format("the size of an address range of the upstream %s allocator (range_size %s bytes), "
+                              "which the request alone exceeds",
+                              upstream_->kind(), grouped(ranges_->range_size()).c_str()),
+                       arena);
   // Nothing cached fits: grow; when that fails, return cached blocks and retry, then ask the
   // reclaim callbacks and retry once more.
   std::string why;
@@ -478,6 +392,7 @@ void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
 }
 
 void* Pool::grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, bool& over_limit) {
+  if (ranges_) return grow_in_place(arena, size, rounded, stream, over_limit);
   {
     std::lock_guard<SpinLock> lock(mutex_);
     if (limit_ && (stats_.reserved + growing_ + rounded > limit_ || rounded > limit_)) {
@@ -630,6 +545,14 @@ void Pool::do_deallocate(void* p, gpumem_stream_t stream) {
   }
 }
 
+void Pool::absorb(Arena& arena, Chunk* keep, Chunk* gone) {
+  keep->size += gone->size;
+  keep->next = gone->next;
+  if (keep->next) keep->next->prev = keep;
+  arena.chunks.erase(gone->ptr);
+  delete_chunk(arena, gone);
+}
+
 void Pool::finish_free(Chunk* c, bool undo) {
   Arena& arena = *c->arena;
   if (!c->pending) {
@@ -643,24 +566,16 @@ void Pool::finish_free(Chunk* c, bool undo) {
   c->uses = nullptr;
   c->in_use = false;
   c->pending = false;
-  // keep takes in its next neighbour gone, which leaves the block.
-  const auto absorb = [&](Chunk* keep, Chunk* gone) {
-    keep->size += gone->size;
-    keep->next = gone->next;
-    if (keep->next) keep->next->prev = keep;
-    arena.chunks.erase(gone->ptr);
-    delete_chunk(arena, gone);
-  };
   bool merged = false;
-  if (Chunk* n = c->next; n && !n->in_use) {
+  if (Chunk* n = c->next; n && !n->in_use && !n->hole) {
     merged = true;
     remove_free(arena, n);
-    absorb(c, n);
+    absorb(arena, c, n);
   }
-  if (Chunk* pv = c->prev; pv && !pv->in_use) {
+  if (Chunk* pv = c->prev; pv && !pv->in_use && !pv->hole) {
     merged = true;
     remove_free(arena, pv);
-    absorb(pv, c);
+    absorb(arena, pv, c);
     c = pv;
   }
   c->freed_at = arena.allocs;
@@ -914,6 +829,10 @@ void Pool::return_cached_blocks(const uintptr_t* key) {
     if (key && a->key != *key) continue;
     std::vector<Block> blocks;
     try {
+      if (ranges_) {
+        unmap_free(*a);
+        continue;
+      }
       {
         std::lock_guard<SpinLock> lock(a->lock);
         collect_whole_blocks(*a, blocks);
@@ -981,6 +900,7 @@ Info Pool::info() {
   Info i;
   std::lock_guard<SpinLock> lock(mutex_);
   i.total = stats_.reserved;
+  i.addresses = ranges_ ? addresses_ : stats_.reserved;
   i.limit = limit_;
   i.arenas = static_cast<uint32_t>(arenas_.size());
   for (const Pending& p : pending_frees_) i.pending += p.chunk->size;
@@ -1010,7 +930,10 @@ std::vector<BlockInfo> Pool::snapshot() {
       size_t segment_size = 0;
       for (const Chunk* c = first; c; c = c->next) segment_size += c->size;
       for (const Chunk* c = first; c; c = c->next) {
-        const int state = c->pending ? GPUMEM_BLOCK_PENDING : c->in_use ? GPUMEM_BLOCK_IN_USE : GPUMEM_BLOCK_FREE;
+        const int state = c->pending  ? GPUMEM_BLOCK_PENDING
+                          : c->in_use ? GPUMEM_BLOCK_IN_USE
+                          : c->hole   ? GPUMEM_BLOCK_UNMAPPED
+                                      : GPUMEM_BLOCK_FREE;
         out.push_back(BlockInfo{first->ptr, c->ptr, segment_size, c->size,
                                 state == GPUMEM_BLOCK_IN_USE ? c->requested : 0, state,
                                 state == GPUMEM_BLOCK_IN_USE ? c->stream : a->stream});
@@ -1052,7 +975,7 @@ void Pool::check_invariants() {
   for (auto& a : arenas_) locks.emplace_back(a->lock);
   const auto broken = [](const char* what) { fail(GPUMEM_ERROR_INTERNAL, "pool invariant broken: %s", what); };
   uint64_t free_total = 0, used_total = 0, block_total = 0, pending_total = 0, pending_chunks = 0;
-  uint64_t published_total = 0, arenas_in_table = 0;
+  uint64_t published_total = 0, arenas_in_table = 0, hole_total = 0;
   const ArenaTable* table = table_.load(std::memory_order_relaxed);
   for (size_t i = 0; i <= table->mask; ++i) arenas_in_table += table->slots[i].arena.load() != nullptr;
   if (arenas_in_table != arenas_.size() || table->used != arenas_.size()) broken("the arena table misses an arena");
@@ -1076,6 +999,16 @@ void Pool::check_invariants() {
     for (int w = 0; w < kWords; ++w)
       if (bool(arena->words[w]) != bool(arena->summary >> w & 1)) broken("the summary bitmap disagrees");
     if (blocks != arena->free_blocks || bytes_free != arena->free_bytes) broken("an arena's free counts are wrong");
+    uint64_t holes = 0;
+    for (Chunk* h = arena->holes; h; h = h->free_next) {
+      if (!ranges_) broken("a pool without ranges has a hole");
+      if (!h->hole || h->in_use) broken("a chunk in the holes list is not a hole");
+      if (h->free_next && h->free_next->free_prev != h) broken("the holes list's back link is wrong");
+      if ((h->ptr | h->size) & (ranges_->unit() - 1)) broken("a hole does not begin and end on a unit");
+      const auto it = arena->chunks.find(h->ptr);
+      if (it == arena->chunks.end() || it->second != h) broken("a hole is not in its arena's chunk map");
+      ++holes;
+    }
     free_total += bytes_free;
     uint64_t live = 0, used = 0, requested = 0, free_chunks = 0, walked = 0;
     std::vector<Chunk*> starts;
@@ -1092,6 +1025,9 @@ void Pool::check_invariants() {
         ++live;
         used += c->size;
         requested += c->requested;
+      } else if (c->hole) {
+        hole_total += c->size;
+        --holes;
       } else {
         if (c->uses) broken("a free chunk lists streams");
         ++free_chunks;
@@ -1103,6 +1039,7 @@ void Pool::check_invariants() {
     if (requested != arena->requested) broken("an arena's bytes requested disagree with its chunks");
     if (arena->allocs - arena->frees != live) broken("an arena's allocation and free counts disagree with its chunks");
     if (free_chunks != arena->free_blocks) broken("a free chunk is missing from the free lists");
+    if (holes != 0) broken("a hole is missing from the holes list");
     if (arena->published < arena->in_use) broken("an arena published fewer bytes in use than it has");
     published_total += arena->published;
     for (Chunk* c : starts) {
@@ -1113,7 +1050,7 @@ void Pool::check_invariants() {
         if (c->next) {
           if (c->next->prev != c) broken("a block's back link is wrong");
           if (c->ptr + c->size != c->next->ptr) broken("neighbours in a block are not contiguous");
-          if (!c->in_use && !c->next->in_use) broken("two free neighbours were not merged");
+          if (!c->in_use && !c->next->in_use && c->hole == c->next->hole) broken("two free neighbours were not merged");
           if (c->next->arena != c->arena) broken("a block spans two arenas");
         }
       }
@@ -1123,7 +1060,8 @@ void Pool::check_invariants() {
   }
   if (published_total != published_in_use_.load()) broken("the published bytes in use disagree with the arenas'");
   if (peak_in_use_.load() < used_total) broken("the peak of bytes in use is below the bytes in use");
-  if (block_total != stats_.reserved) broken("bytes held disagree with the upstream blocks");
+  if (block_total - hole_total != stats_.reserved) broken("bytes held disagree with the upstream blocks");
+  if (ranges_ && block_total != addresses_) broken("the addresses reserved disagree with the segments");
   if (pending_chunks != pending_frees_.size()) broken("the pending frees disagree with their chunks");
   if (free_total + used_total + pending_total != stats_.reserved)
     broken("used, free and pending do not add up to the total");

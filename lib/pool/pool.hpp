@@ -33,7 +33,8 @@ struct BlockInfo {
 
 struct Info {
   uint64_t used = 0, free = 0, total = 0, free_blocks = 0, limit = 0;
-  uint64_t pending = 0;  // freed, waiting for other streams' work before it can be handed out
+  uint64_t addresses = 0;  // the segments' addresses: total, plus over ranges those unmapped
+  uint64_t pending = 0;    // freed, waiting for other streams' work before it can be handed out
   uint32_t arenas = 0;
 };
 
@@ -113,6 +114,8 @@ class Pool final : public alloc::Allocator {
   // Puts a chunk that was in use into its arena's free lists, merging it with free neighbours;
   // undo takes back a hand_out that did not reach the caller. Under the arena's lock; cannot fail.
   void finish_free(Chunk* chunk, bool undo);
+  // keep, under its arena's lock, takes in its next neighbour gone, which leaves the segment.
+  void absorb(Arena& arena, Chunk* keep, Chunk* gone);
   // Moves pending frees whose fences have completed to the free lists; with wait, the host waits
   // for every pending fence first. Calls the driver outside the locks. True if any moved.
   bool settle_pending(bool wait);
@@ -139,6 +142,34 @@ class Pool final : public alloc::Allocator {
   // all arenas were visited.
   void return_cached_blocks(const uintptr_t* key);
   void* grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, bool& over_limit);
+
+  // Over an upstream with address ranges (grow_in_place.cpp): each arena's segments are ranges of
+  // addresses whose unmapped parts are hole chunks, so neighbouring free memory always merges and
+  // growing maps memory next to what is free instead of making a new segment.
+  struct Placement;
+  // grow() over ranges: maps memory into the hole run that needs the least, reserving a new range
+  // when no run can hold the request, and allocates there.
+  void* grow_in_place(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, bool& over_limit);
+  // Under the arena's lock: the run of free chunks and holes that holds rounded bytes with the
+  // fewest bytes to map; false if none can.
+  bool place(Arena& arena, size_t rounded, Placement& out) const;
+  // Under the locks: splits the placement's holes at the unit bounds of what is to be mapped and
+  // takes the region's chunks out of the lists (in transit). Returns the parts to map.
+  std::vector<Chunk*> take_for_mapping(Arena& arena, const Placement& at, size_t rounded);
+  // Splits c at offset into fresh, which becomes the upper part: registered and linked, with c's
+  // flags and in no list. The chunk map must have room (reserved).
+  Chunk* split(Arena& arena, Chunk* c, size_t offset, Chunk* fresh);
+  // Fresh chunk objects for splits, taken before any change; returned with delete_chunk.
+  std::vector<Chunk*> fresh_chunks(Arena& arena, size_t count);
+  // Under the arena's lock: makes a chunk that was in transit free (mapped) or a hole, merging it
+  // with neighbours of the same kind and listing it. Returns the chunk that holds it.
+  Chunk* settle_chunk(Arena& arena, Chunk* c, bool hole);
+  void insert_hole(Arena& arena, Chunk* c);
+  void remove_hole(Arena& arena, Chunk* c);
+  // Unmaps the whole units of every free chunk of the arena, and unreserves its ranges that are
+  // then wholly unmapped. Throws the first failure once done; what failed stays cached.
+  void unmap_free(Arena& arena);
+  void reserve_range(Arena& arena);
   // Throws OUT_OF_MEMORY with where the held bytes are and what would have served the request.
   [[noreturn]] void fail_out_of_memory(size_t size, size_t rounded, const std::string& why, const Arena& own);
   // The arena's bytes in use as counted into published_in_use_, and the peak; under its lock.
@@ -150,6 +181,7 @@ class Pool final : public alloc::Allocator {
   // and from the fields the base class writes under mutex_.
   alignas(64) alloc::Allocator* const upstream_;
   alloc::StreamOrder* const order_;
+  alloc::Ranges* const ranges_;  // the upstream's, if it has them: segments grow in place
   std::atomic<ArenaTable*> table_{nullptr};
   std::atomic<bool> several_arenas_{false};
   std::atomic<StreamReuse> reuse_;
@@ -160,7 +192,8 @@ class Pool final : public alloc::Allocator {
   alignas(64) std::atomic<uint64_t> published_in_use_{0};
   std::atomic<uint64_t> peak_in_use_{0};
   alignas(64) uint64_t limit_;
-  uint64_t growing_ = 0;  // bytes being taken from the upstream right now, counted against the limit
+  uint64_t growing_ = 0;    // bytes being taken from the upstream right now, counted against the limit
+  uint64_t addresses_ = 0;  // over ranges: bytes of addresses reserved
   std::vector<Pending> pending_frees_;
   std::mutex settle_mutex_;  // held by settle_pending() across its driver calls; not on any fast path
   std::vector<std::unique_ptr<Arena>> arenas_;

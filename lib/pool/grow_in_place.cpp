@@ -1,0 +1,356 @@
+// Segments that grow in place, over an upstream with address ranges (alloc::Ranges). Each arena's
+// segments are ranges of addresses; the parts with nothing mapped are hole chunks, kept in the
+// arena's holes list and never in a free list. Free chunks and holes alternate, so free memory
+// always merges with its free neighbours, and growing maps the holes next to free memory: a
+// request larger than any free chunk costs only the bytes it lacks, not a new segment. Releasing
+// cached memory unmaps the whole units inside free chunks, keeping their addresses.
+#include <algorithm>
+
+#include "pool/pool_parts.hpp"
+
+namespace gpumem::pool {
+namespace {
+
+uintptr_t align_down(uintptr_t x, size_t unit) { return x & ~(uintptr_t{unit} - 1); }
+uintptr_t align_up(uintptr_t x, size_t unit) { return align_down(x + unit - 1, unit); }
+
+}  // namespace
+
+struct Pool::Placement {
+  Chunk* run;       // the run's first chunk
+  uintptr_t start;  // where the allocation would lie: [start, start + rounded)
+  uint64_t to_map;  // bytes of holes to map for it, in whole units
+};
+
+void Pool::insert_hole(Arena& arena, Chunk* c) {
+  c->free_prev = nullptr;
+  c->free_next = arena.holes;
+  if (c->free_next) c->free_next->free_prev = c;
+  arena.holes = c;
+}
+
+void Pool::remove_hole(Arena& arena, Chunk* c) {
+  (c->free_prev ? c->free_prev->free_next : arena.holes) = c->free_next;
+  if (c->free_next) c->free_next->free_prev = c->free_prev;
+}
+
+std::vector<Pool::Chunk*> Pool::fresh_chunks(Arena& arena, size_t count) {
+  std::vector<Chunk*> out;
+  try {
+    out.reserve(count);
+    arena.chunks.reserve(arena.chunks.size() + count);
+    while (out.size() < count) out.push_back(new_chunk(arena));
+  } catch (...) {
+    for (Chunk* c : out) delete_chunk(arena, c);
+    throw;
+  }
+  return out;
+}
+
+Pool::Chunk* Pool::split(Arena& arena, Chunk* c, size_t offset, Chunk* fresh) {
+  Chunk* upper = fresh;
+  upper->ptr = c->ptr + offset;
+  upper->size = c->size - offset;
+  upper->in_use = c->in_use;
+  upper->pending = c->pending;
+  upper->hole = c->hole;
+  upper->freed_at = c->freed_at;
+  arena.chunks.emplace(upper->ptr, upper);
+  upper->prev = c;
+  upper->next = c->next;
+  if (upper->next) upper->next->prev = upper;
+  c->next = upper;
+  c->size = offset;
+  return upper;
+}
+
+Pool::Chunk* Pool::settle_chunk(Arena& arena, Chunk* c, bool hole) {
+  c->in_use = c->pending = false;
+  c->hole = hole;
+  const auto same = [hole](const Chunk* n) { return n && !n->in_use && n->hole == hole; };
+  const auto unlist = [&](Chunk* n) { hole ? remove_hole(arena, n) : remove_free(arena, n); };
+  if (Chunk* n = c->next; same(n)) {
+    unlist(n);
+    absorb(arena, c, n);
+  }
+  if (Chunk* pv = c->prev; same(pv)) {
+    unlist(pv);
+    absorb(arena, pv, c);
+    c = pv;
+  }
+  if (hole) {
+    insert_hole(arena, c);
+  } else {
+    c->freed_at = arena.allocs;
+    insert_free(arena, c, size_class(c->size));
+  }
+  return c;
+}
+
+bool Pool::place(Arena& arena, size_t rounded, Placement& out) const {
+  const size_t unit = ranges_->unit();
+  bool found = false;
+  for (Chunk* h = arena.holes; h; h = h->free_next) {
+    // A run of free chunks and holes between chunks in use, looked at once: from its lowest hole.
+    Chunk* first = h;
+    bool lower_hole = false;
+    while (first->prev && !first->prev->in_use && !lower_hole) {
+      first = first->prev;
+      lower_hole = first->hole;
+    }
+    if (lower_hole) continue;
+    Chunk* last = h;
+    while (last->next && !last->next->in_use) last = last->next;
+    const uintptr_t run_end = last->ptr + last->size;
+    if (run_end - first->ptr < rounded) continue;
+    const auto to_map = [&](uintptr_t start) {
+      uint64_t bytes = 0;
+      for (const Chunk* c = first; c != last->next; c = c->next) {
+        if (!c->hole) continue;
+        const uintptr_t lo = std::max(c->ptr, start), hi = std::min(c->ptr + c->size, start + rounded);
+        if (lo < hi) bytes += align_up(hi, unit) - align_down(lo, unit);  // holes begin and end on units
+      }
+      return bytes;
+    };
+    // At the run's start, or at its end (when the free memory lies there); the least to map wins.
+    for (const uintptr_t start : {first->ptr, run_end - rounded}) {
+      const uint64_t bytes = to_map(start);
+      if (!found || bytes < out.to_map) {
+        found = true;
+        out = Placement{first, start, bytes};
+      }
+    }
+  }
+  return found;
+}
+
+std::vector<Pool::Chunk*> Pool::take_for_mapping(Arena& arena, const Placement& at, size_t rounded) {
+  const size_t unit = ranges_->unit();
+  const uintptr_t start = at.start, end = at.start + rounded;
+  Chunk* first = at.run;
+  while (first->ptr + first->size <= start) first = first->next;
+  size_t chunks = 0, holes = 0;
+  for (const Chunk* c = first; c && c->ptr < end; c = c->next) {
+    ++chunks;
+    holes += c->hole;
+  }
+  // Everything that can fail comes first.
+  std::vector<Chunk*> transit;
+  transit.reserve(chunks + holes);
+  std::vector<Chunk*> fresh = fresh_chunks(arena, 2 * holes);
+  for (Chunk* c = first; c && c->ptr < end; c = c->next) {
+    if (c->hole) {
+      // Only the units the allocation lies in are mapped; the rest of the hole stays one.
+      remove_hole(arena, c);
+      const uintptr_t lo = align_down(std::max(c->ptr, start), unit);
+      const uintptr_t hi = align_up(std::min(c->ptr + c->size, end), unit);
+      if (lo > c->ptr) {
+        Chunk* below = c;
+        c = split(arena, below, lo - below->ptr, fresh.back());
+        fresh.pop_back();
+        insert_hole(arena, below);
+      }
+      if (hi < c->ptr + c->size) {
+        Chunk* above = split(arena, c, hi - c->ptr, fresh.back());
+        fresh.pop_back();
+        insert_hole(arena, above);
+      }
+    } else {
+      remove_free(arena, c);
+    }
+    c->in_use = c->pending = true;  // in transit: neither free nor anyone's, so nothing merges with it
+    transit.push_back(c);
+  }
+  for (Chunk* c : fresh) delete_chunk(arena, c);
+  return transit;
+}
+
+void Pool::reserve_range(Arena& arena) {
+  const size_t size = ranges_->range_size();
+  Chunk* c;
+  {
+    std::lock_guard<SpinLock> lock(arena.lock);
+    c = fresh_chunks(arena, 1).front();
+  }
+  uintptr_t base = 0;
+  try {
+    base = ranges_->reserve(size);
+  } catch (...) {
+    std::lock_guard<SpinLock> lock(arena.lock);
+    delete_chunk(arena, c);
+    throw;
+  }
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    addresses_ += size;
+    std::lock_guard<SpinLock> own(arena.lock);
+    c->ptr = base;
+    c->size = size;
+    c->hole = true;
+    arena.chunks.emplace(base, c);  // room was reserved with the chunk
+    insert_hole(arena, c);
+  }
+}
+
+void* Pool::grow_in_place(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, bool& over_limit) {
+  Placement at{};
+  std::vector<Chunk*> transit;  // the region's chunks, in address order
+  for (;;) {
+    {
+      std::lock_guard<SpinLock> lock(mutex_);
+      std::lock_guard<SpinLock> own(arena.lock);
+      if (place(arena, rounded, at)) {
+        if (limit_ && stats_.reserved + growing_ + at.to_map > limit_) {
+          over_limit = true;
+          return nullptr;
+        }
+        transit = take_for_mapping(arena, at, rounded);
+        growing_ += at.to_map;
+        break;
+      }
+    }
+    // No run can hold it: a new range, which can (the request is no larger than one). Another
+    // thread on the stream may take it first; then this one looks again.
+    reserve_range(arena);
+  }
+  // Outside the locks: map the holes' parts, in address order. Parts mapped before a failure stay
+  // mapped, as free memory.
+  if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE))
+    run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE, at.to_map, at.to_map, nullptr, stream, GPUMEM_SUCCESS);
+  uint64_t mapped_bytes = 0;
+  void* first_mapped = nullptr;
+  std::exception_ptr failure;
+  for (Chunk* c : transit) {
+    if (failure) break;
+    if (!c->hole) continue;
+    try {
+      ranges_->map(c->ptr, c->size);
+      record(trace::Event::kUpstreamAlloc, c->size, c->size, reinterpret_cast<void*>(c->ptr), stream);
+      c->hole = false;  // in transit, so no other thread reads it
+      mapped_bytes += c->size;
+      if (!first_mapped) first_mapped = reinterpret_cast<void*>(c->ptr);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_POST)) {
+    gpumem_status_t st = GPUMEM_SUCCESS;
+    if (failure) {
+      try {
+        std::rethrow_exception(failure);
+      } catch (...) {
+        st = current_status();
+      }
+    }
+    run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_POST, at.to_map, at.to_map, failure ? nullptr : first_mapped, stream, st);
+  }
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    growing_ -= at.to_map;
+    if (mapped_bytes) stats_.on_reserve(mapped_bytes);
+  }
+  ArenaLock lock(arena.lock);
+  for (Chunk* c : transit) settle_chunk(arena, c, c->hole);
+  if (failure) {
+    lock.unlock();
+    std::rethrow_exception(failure);
+  }
+  Chunk* c = take(arena, rounded);  // the region is free and mapped now, so one fits
+  if (!c)
+    fail(GPUMEM_ERROR_INTERNAL, "the pool mapped %s bytes for %s but found no room", grouped(at.to_map).c_str(),
+         bytes(size).c_str());
+  // In use on its stream again: a new stream at a destroyed one's address, which may lend.
+  if (stream_key(stream) == arena.key) arena.unfenceable = false;
+  return hand_out(c, size, stream);
+}
+
+void Pool::unmap_free(Arena& arena) {
+  const size_t unit = ranges_->unit();
+  std::vector<Chunk*> parts;  // in transit: the whole units inside free chunks
+  {
+    std::lock_guard<SpinLock> lock(arena.lock);
+    std::vector<Chunk*> candidates;
+    candidates.reserve(arena.free_blocks);
+    for (int w = 0; w < kWords; ++w)
+      for (uint64_t bits = arena.words[w]; bits; bits &= bits - 1)
+        for (Chunk* c = arena.heads[(w << 6) + __builtin_ctzll(bits)]; c; c = c->free_next)
+          if (align_up(c->ptr, unit) < align_down(c->ptr + c->size, unit)) candidates.push_back(c);
+    parts.reserve(candidates.size());
+    std::vector<Chunk*> fresh = fresh_chunks(arena, 2 * candidates.size());
+    for (Chunk* c : candidates) {
+      const uintptr_t lo = align_up(c->ptr, unit), hi = align_down(c->ptr + c->size, unit);
+      remove_free(arena, c);
+      Chunk* middle = c;
+      if (lo > c->ptr) {
+        middle = split(arena, c, lo - c->ptr, fresh.back());
+        fresh.pop_back();
+        insert_free(arena, c, size_class(c->size));
+      }
+      if (hi < middle->ptr + middle->size) {
+        Chunk* above = split(arena, middle, hi - middle->ptr, fresh.back());
+        fresh.pop_back();
+        insert_free(arena, above, size_class(above->size));
+      }
+      middle->in_use = middle->pending = true;  // in transit
+      parts.push_back(middle);
+    }
+    for (Chunk* c : fresh) delete_chunk(arena, c);
+  }
+  // Outside the locks.
+  std::exception_ptr first;
+  uint64_t unmapped_bytes = 0, unmaps = 0;
+  for (Chunk* c : parts) {
+    try {
+      ranges_->unmap(c->ptr, c->size);
+      record(trace::Event::kUpstreamFree, c->size, c->size, reinterpret_cast<void*>(c->ptr), arena.stream);
+      c->hole = true;  // in transit, so no other thread reads it
+      unmapped_bytes += c->size;
+      ++unmaps;
+    } catch (...) {
+      if (!first) first = std::current_exception();  // still mapped: cached again below
+    }
+  }
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    stats_.reserved -= unmapped_bytes;
+    stats_.upstream_frees += unmaps;
+  }
+  // Ranges with nothing mapped any more go back whole.
+  std::vector<Block> empty;
+  {
+    std::lock_guard<SpinLock> lock(arena.lock);
+    for (Chunk* c : parts) settle_chunk(arena, c, c->hole);
+    for (Chunk* h = arena.holes; h; h = h->free_next)
+      if (!h->prev && !h->next) empty.push_back(Block{h->ptr, h->size, &arena});
+    for (const Block& b : empty) {
+      Chunk* h = arena.chunks.at(b.ptr);
+      remove_hole(arena, h);
+      arena.chunks.erase(b.ptr);
+      delete_chunk(arena, h);
+    }
+  }
+  for (const Block& b : empty) {
+    try {
+      ranges_->unreserve(b.ptr, b.size);
+      std::lock_guard<SpinLock> lock(mutex_);
+      addresses_ -= b.size;
+    } catch (...) {
+      if (!first) first = std::current_exception();
+      // Still the pool's: listed again, so that a later release tries again.
+      std::lock_guard<SpinLock> lock(arena.lock);
+      try {
+        Chunk* h = fresh_chunks(arena, 1).front();
+        h->ptr = b.ptr;
+        h->size = b.size;
+        h->hole = true;
+        arena.chunks.emplace(h->ptr, h);
+        insert_hole(arena, h);
+      } catch (...) {
+        // No host memory to list it: the addresses stay reserved, unused, for the process's life.
+      }
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace gpumem::pool
