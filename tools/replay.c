@@ -18,13 +18,19 @@ struct device {
   uint64_t capacity, reserved, peak_reserved, next;
 };
 
+/* Takes size bytes of the device's memory; 0 when it has no more. */
+static int device_take(struct device* d, size_t size) {
+  if (size > d->capacity - d->reserved) return 0;
+  d->reserved += size;
+  if (d->reserved > d->peak_reserved) d->peak_reserved = d->reserved;
+  return 1;
+}
+
 static gpumem_status_t device_alloc(void* context, size_t size, int32_t dev, gpumem_stream_t stream, void** out) {
   (void)dev;
   (void)stream;
   struct device* d = context;
-  if (size > d->capacity - d->reserved) return GPUMEM_ERROR_OUT_OF_MEMORY;
-  d->reserved += size;
-  if (d->reserved > d->peak_reserved) d->peak_reserved = d->reserved;
+  if (!device_take(d, size)) return GPUMEM_ERROR_OUT_OF_MEMORY;
   *out = (void*)(uintptr_t)d->next;
   d->next += (size + 4095) / 4096 * 4096; /* page-aligned, as the driver's are */
   return GPUMEM_SUCCESS;
@@ -37,6 +43,37 @@ static gpumem_status_t device_free(void* context, void* ptr, size_t size, int32_
   struct device* d = context;
   d->reserved -= size;
   return GPUMEM_SUCCESS;
+}
+
+/* Virtual memory, as CUDA's: address ranges reserved without memory, memory mapped into them by the
+ * unit (the H200's granularity). Only what is mapped counts against the capacity. */
+#define DEVICE_MAP_UNIT ((uint64_t)2 << 20)
+
+static gpumem_status_t device_reserve(void* context, size_t size, int32_t dev, void** out) {
+  (void)dev;
+  struct device* d = context;
+  d->next = (d->next + DEVICE_MAP_UNIT - 1) / DEVICE_MAP_UNIT * DEVICE_MAP_UNIT;
+  *out = (void*)(uintptr_t)d->next;
+  d->next += size;
+  return GPUMEM_SUCCESS;
+}
+
+static gpumem_status_t device_unreserve(void* context, void* ptr, size_t size, int32_t dev) {
+  (void)context;
+  (void)ptr;
+  (void)size;
+  (void)dev;
+  return GPUMEM_SUCCESS;
+}
+
+static gpumem_status_t device_map(void* context, void* ptr, size_t size, int32_t dev) {
+  (void)ptr;
+  (void)dev;
+  return device_take(context, size) ? GPUMEM_SUCCESS : GPUMEM_ERROR_OUT_OF_MEMORY;
+}
+
+static gpumem_status_t device_unmap(void* context, void* ptr, size_t size, int32_t dev) {
+  return device_free(context, ptr, size, dev, NULL);
 }
 
 /* ---- Addresses of the trace to those of the replay: open addressing, grown at half full. ---- */
@@ -237,19 +274,42 @@ int replay_parse_size(const char* text, uint64_t* out) {
   return 0;
 }
 
-/* Makes the allocator a configuration names over the device: "pool", "pool:limit=SIZE" or "device". */
+#define CONFIG_NAMES "device, pool, or pool: with vm and limit=SIZE, comma-separated (pool:vm,limit=8GiB)"
+
+/* Reads a configuration's name: "device", or "pool" with options after a colon, "vm" (over the
+ * device's virtual memory) and "limit=SIZE". */
+static int parse_config(const char* name, int* pool, int* vm, uint64_t* limit) {
+  *pool = *vm = 0;
+  *limit = 0;
+  if (!strcmp(name, "device")) return 0;
+  if (strncmp(name, "pool", 4) != 0 || (name[4] && name[4] != ':')) return -1;
+  *pool = 1;
+  if (!name[4]) return 0;
+  char options[128];
+  if (snprintf(options, sizeof options, "%s", name + 5) >= (int)sizeof options) return -1;
+  char* saved = NULL;
+  for (char* o = strtok_r(options, ",", &saved); o; o = strtok_r(NULL, ",", &saved)) {
+    if (!strcmp(o, "vm"))
+      *vm = 1;
+    else if (strncmp(o, "limit=", 6) != 0 || replay_parse_size(o + 6, limit) != 0)
+      return -1;
+  }
+  return 0;
+}
+
+/* Makes the allocator a configuration names over the device. */
 static int make_config(const char* name, gpumem_allocator_t* device, gpumem_allocator_t** out, char* error,
                        size_t error_size) {
-  if (!strcmp(name, "device")) {
-    *out = device;
-    return 0;
-  }
+  int pool, vm;
   gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
   params.upstream = device;
-  if (strncmp(name, "pool", 4) != 0 || (name[4] && strncmp(name + 4, ":limit=", 7) != 0) ||
-      (name[4] && replay_parse_size(name + 11, &params.limit) != 0)) {
-    snprintf(error, error_size, "unknown configuration \"%s\" (use pool, pool:limit=SIZE or device)", name);
+  if (parse_config(name, &pool, &vm, &params.limit) != 0) {
+    snprintf(error, error_size, "unknown configuration \"%s\" (use " CONFIG_NAMES ")", name);
     return -1;
+  }
+  if (!pool) {
+    *out = device;
+    return 0;
   }
   const gpumem_status_t st = gpumem_pool_create(&params, out);
   if (st != GPUMEM_SUCCESS) {
@@ -274,6 +334,16 @@ void replay_run(const char* path, uint64_t capacity, uint64_t records, struct re
   fns.device = -1;
   fns.alloc = device_alloc;
   fns.free = device_free;
+  int pool, vm;
+  uint64_t limit;
+  if (parse_config(r->name, &pool, &vm, &limit) == 0 && vm) {
+    fns.reserve = device_reserve;
+    fns.unreserve = device_unreserve;
+    fns.map = device_map;
+    fns.unmap = device_unmap;
+    fns.map_unit = DEVICE_MAP_UNIT;
+    fns.range_size = (capacity + DEVICE_MAP_UNIT - 1) / DEVICE_MAP_UNIT * DEVICE_MAP_UNIT;
+  }
   gpumem_allocator_t* device = NULL;
   gpumem_allocator_t* config = NULL;
   struct source src = {0};

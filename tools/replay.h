@@ -7,7 +7,7 @@
 
 /* What one configuration's replay did. */
 struct replay_result {
-  const char* name; /* the configuration: "pool", "pool:limit=SIZE" or "device" */
+  const char* name; /* the configuration: "device", or "pool" with options (pool:vm,limit=SIZE) */
   uint64_t peak_live, peak_reserved, headroom_at_peak;
   uint64_t fits_at_peak; /* the largest allocation that would still succeed at the peak (replay_main) */
   uint64_t peak_record;  /* the record at which reserved bytes first reached their peak */
