@@ -18,7 +18,8 @@ struct point {
 struct series {
   struct point* points;
   size_t count, capacity;
-  int failed; /* out of host memory */
+  uint64_t origin; /* the first record's time: traces converted from other tools count from the epoch */
+  int failed;      /* out of host memory */
 };
 
 static void on_step(void* context, uint64_t time_ns, uint64_t live, uint64_t reserved) {
@@ -34,7 +35,8 @@ static void on_step(void* context, uint64_t time_ns, uint64_t live, uint64_t res
     s->points = grown;
     s->capacity = capacity;
   }
-  s->points[s->count++] = (struct point){time_ns, live, reserved};
+  if (!s->count) s->origin = time_ns;
+  s->points[s->count++] = (struct point){time_ns - s->origin, live, reserved};
 }
 
 struct blocks {
@@ -98,7 +100,24 @@ static void polyline(FILE* f, const struct series* s, int reserved, uint64_t t_m
 }
 
 static const char* state_class(uint32_t state) {
-  return state == GPUMEM_BLOCK_IN_USE ? "used" : state == GPUMEM_BLOCK_PENDING ? "pending" : "free";
+  switch (state) {
+    case GPUMEM_BLOCK_IN_USE:
+      return "used";
+    case GPUMEM_BLOCK_PENDING:
+      return "pending";
+    default:
+      return "free";
+  }
+}
+
+/* Bytes from a segment's start to the end of its last block with memory mapped: all of it, but
+ * over virtual memory, where the rest is addresses only. */
+static uint64_t mapped_extent(const struct blocks* b, size_t first) {
+  uint64_t extent = 0;
+  for (size_t i = first; i < b->count && b->items[i].segment == b->items[first].segment; i++)
+    if (b->items[i].state != GPUMEM_BLOCK_UNMAPPED)
+      extent = (uintptr_t)b->items[i].address + b->items[i].size - (uintptr_t)b->items[i].segment;
+  return extent;
 }
 
 static void write_page(FILE* f, const char* trace, const struct replay_result* r, const struct series* s,
@@ -162,15 +181,18 @@ static void write_page(FILE* f, const char* trace, const struct replay_result* r
           "<h2>Segments at the peak</h2>\n<p>Each row is a segment (a block the pool took from the device), its "
           "width in proportion to the largest; inside, its blocks:<span class=\"key\" "
           "style=\"background:#1f77b4\"></span>in use<span class=\"key\" style=\"background:#d8d8d8\"></span>free"
-          "<span class=\"key\" style=\"background:#ff7f0e\"></span>pending.</p>\n");
+          "<span class=\"key\" style=\"background:#ff7f0e\"></span>pending. Over virtual memory (pool:vm) a row "
+          "is a range of addresses, drawn to the end of its mapped memory; addresses with nothing mapped "
+          "are left blank.</p>\n");
   if (b->status != GPUMEM_SUCCESS) {
     fprintf(f, "<p id=\"no-segments\">No segment map: the configuration %s is not a pool.</p>\n", r->name);
   } else {
     size_t segments = 0;
     uint64_t largest = 1;
     for (size_t i = 0; i < b->count; i++) {
-      if (i == 0 || b->items[i].segment != b->items[i - 1].segment) segments++;
-      if (b->items[i].segment_size > largest) largest = b->items[i].segment_size;
+      if (i > 0 && b->items[i].segment == b->items[i - 1].segment) continue;
+      segments++;
+      if (mapped_extent(b, i) > largest) largest = mapped_extent(b, i);
     }
     const size_t shown = segments < kMaxSegments ? segments : kMaxSegments;
     if (shown < segments) fprintf(f, "<p>The first %zu of %zu segments, by address.</p>\n", shown, segments);
@@ -179,18 +201,24 @@ static void write_page(FILE* f, const char* trace, const struct replay_result* r
             "xmlns=\"http://www.w3.org/2000/svg\">\n",
             kWidth, shown * 14 + 4, kWidth, shown * 14 + 4);
     const double scale = (double)(kPlotRight - kPlotLeft) / (double)largest;
-    size_t row = 0;
+    size_t row = 0, segment_start = 0;
     for (size_t i = 0; i < b->count && row <= shown; i++) {
       const gpumem_block_info_t* x = &b->items[i];
       const int first = i == 0 || x->segment != b->items[i - 1].segment;
       if (first && ++row > shown) break;
+      if (first) segment_start = i;
       const double y = 2 + (double)(row - 1) * 14;
       if (first) {
         char size[32];
-        human(size, sizeof size, x->segment_size);
+        human(size, sizeof size, mapped_extent(b, segment_start));
         fprintf(f, "<text class=\"label\" x=\"%d\" y=\"%.0f\" text-anchor=\"end\">%s</text>\n", kPlotLeft - 6, y + 9,
                 size);
       }
+      const int last = i + 1 == b->count || b->items[i + 1].segment != x->segment;
+      if (last)
+        fprintf(f, "<rect class=\"segment\" x=\"%d\" y=\"%.0f\" width=\"%.2f\" height=\"10\"/>\n", kPlotLeft, y,
+                (double)mapped_extent(b, segment_start) * scale);
+      if (x->state == GPUMEM_BLOCK_UNMAPPED) continue;  // the page shows through
       const double x0 = kPlotLeft + (double)((uintptr_t)x->address - (uintptr_t)x->segment) * scale;
       const double w = (double)x->size * scale;
       fprintf(f, "<rect class=\"%s\" x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"10\"><title>%llu bytes at %p, %s",
@@ -198,10 +226,6 @@ static void write_page(FILE* f, const char* trace, const struct replay_result* r
               state_class(x->state));
       if (x->state == GPUMEM_BLOCK_IN_USE) fprintf(f, ", %llu asked", (unsigned long long)x->requested);
       fprintf(f, "</title></rect>\n");
-      const int last = i + 1 == b->count || b->items[i + 1].segment != x->segment;
-      if (last)
-        fprintf(f, "<rect class=\"segment\" x=\"%d\" y=\"%.0f\" width=\"%.2f\" height=\"10\"/>\n", kPlotLeft, y,
-                (double)x->segment_size * scale);
     }
     fprintf(f, "</svg>\n");
   }
