@@ -19,5 +19,6 @@
 #include "pointer.h"
 #include "pool.h"
 #include "trace.h"
+#include "vm.h"
 
 #endif /* GPUMEM_H */

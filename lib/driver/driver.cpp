@@ -13,9 +13,14 @@ namespace gpumem::driver {
 namespace {
 
 constexpr int kMinimumDriverVersion = 12000;  // cuGetProcAddress_v2 and the signatures above
-// The only entry points a driver may lack (they are CUDA 12.2's); without them, prefetch and
-// advice answer GPUMEM_ERROR_NOT_SUPPORTED. Every other one is required.
-bool optional_entry_point(std::string_view name) { return name == "cuMemPrefetchAsync" || name == "cuMemAdvise"; }
+// The only entry points a driver may lack; every other one is required. Without CUDA 12.2's
+// prefetch and advice, those calls answer GPUMEM_ERROR_NOT_SUPPORTED; without the virtual memory
+// management calls, gpumem_allocator_create_vm() does (it checks for them), and nothing else is lost.
+bool optional_entry_point(std::string_view name) {
+  return name == "cuMemPrefetchAsync" || name == "cuMemAdvise" || name == "cuMemAddressReserve" ||
+         name == "cuMemAddressFree" || name == "cuMemCreate" || name == "cuMemRelease" || name == "cuMemMap" ||
+         name == "cuMemUnmap" || name == "cuMemSetAccess" || name == "cuMemGetAllocationGranularity";
+}
 
 struct Loaded {
   Api api;

@@ -37,6 +37,15 @@
   X(cuMemPoolGetAccess, 11020)                         \
   X(cuDeviceGetDefaultMemPool, 11020)                  \
   X(cuDeviceGetMemPool, 11020)                         \
+  X(cuMemAddressReserve, 10020)                        \
+  X(cuMemAddressFree, 10020)                           \
+  X(cuMemCreate, 10020)                                \
+  X(cuMemRelease, 10020)                               \
+  X(cuMemMap, 10020)                                   \
+  X(cuMemUnmap, 10020)                                 \
+  X(cuMemSetAccess, 10020)                             \
+  X(cuMemGetAllocationGranularity, 10020)              \
+  X(cuCtxSynchronize, 2000)                            \
   X(cuMemHostAlloc, 2020)                              \
   X(cuMemFreeHost, 2000)                               \
   X(cuMemHostRegister, 6050)                           \

@@ -74,16 +74,72 @@ CUcontext context_for(CUstream stream, const PointerInfo& info) {
   return ctx ? ctx : context_of(info);
 }
 
+namespace {
+
+// What the driver says of the mapping that holds an address, for the walk below.
+struct Mapping {
+  bool vmm = false;  // device memory mapped with cuMemMap (the virtual memory management calls)
+  int device = -1;
+  uintptr_t base = 0;
+  size_t size = 0;
+};
+
+// False when the driver cannot say.
+bool mapping_at(uintptr_t p, Mapping& out) {
+  // The driver writes a bool into some of these; zeroed so any width reads right.
+  unsigned int mapped = 0, memory_type = 0, managed = 0, legacy_ipc = 0;
+  int device = -1;
+  CUmemoryPool pool = nullptr;
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MAPPED,           CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                 CU_POINTER_ATTRIBUTE_IS_MANAGED,       CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                                 CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,   CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                 CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  void* data[] = {&mapped, &memory_type, &managed, &legacy_ipc, &pool, &device, &base, &size};
+  if (driver::api().cuPointerGetAttributes(sizeof attrs / sizeof attrs[0], attrs, data, static_cast<CUdeviceptr>(p)) !=
+      CUDA_SUCCESS)
+    return false;
+  // cuMemAlloc memory can be shared through legacy IPC, a CUDA pool's names its pool; what is left
+  // of mapped device memory was mapped with cuMemMap.
+  out.vmm = mapped && memory_type == CU_MEMORYTYPE_DEVICE && !managed && !legacy_ipc && !pool;
+  out.device = device;
+  out.base = static_cast<uintptr_t>(base);
+  out.size = size;
+  return true;
+}
+
+// The driver describes memory mapped with cuMemMap one mapping at a time (a map unit of gpumem's
+// VM allocator), though a pool's block or a direct allocation spans several. When the mapping that
+// holds start (ending at first_end) is such memory of `device`, this is where the run of such
+// mappings that follows it ends, looked for up to end; else first_end.
+uintptr_t end_of_mappings(uintptr_t start, uintptr_t first_end, uintptr_t end, int device) {
+  Mapping m;
+  if (!mapping_at(start, m) || !m.vmm || m.device != device) return first_end;
+  uintptr_t reached = first_end;
+  while (reached < end) {
+    if (!mapping_at(reached, m) || !m.vmm || m.device != device || m.base > reached || m.base + m.size <= reached)
+      break;
+    reached = m.base + m.size;
+  }
+  return reached;
+}
+
+}  // namespace
+
 void require_within_allocation(const void* p, size_t size, const PointerInfo& info, const char* role) {
   // Host memory may be locked by several adjacent registrations (the pinning service makes them),
   // and a copy may run across them; only device and managed allocations are bounded here.
   if (info.memory_type != GPUMEM_MEMORY_DEVICE && info.memory_type != GPUMEM_MEMORY_MANAGED) return;
   const uintptr_t start = reinterpret_cast<uintptr_t>(p);
-  const uintptr_t end = info.base + info.size;
+  uintptr_t end = info.base + info.size;
+  // Device memory may go on in the next mapping; nothing more is asked when the first covers it.
+  if (start + size > end && info.memory_type == GPUMEM_MEMORY_DEVICE)
+    end = end_of_mappings(start, end, start + size, info.device);
   if (start + size > end)
     fail(GPUMEM_ERROR_INVALID_POINTER, "%s range %p + %s runs %s past the end of its allocation (%s at %p, %s)", role,
          p, bytes(size).c_str(), bytes(start + size - end).c_str(), describe_kind(info).c_str(),
-         reinterpret_cast<void*>(info.base), bytes(info.size).c_str());
+         reinterpret_cast<void*>(info.base), bytes(end - info.base).c_str());
 }
 
 }  // namespace gpumem::memory

@@ -44,9 +44,15 @@ static const kind_t kinds[] = {
     {"cuda_pool_new", create_cuda_pool_new, false, true, false, 0, 256},
     {"cuda_pool_default", create_cuda_pool_default, false, true, false, 0, 256},
     {"pool_cuda_pool_new", create_cuda_pool_new, true, true, false, 0, 256},
+    {"vm", create_vm, false, true, false, 0, 256},
+    {"pool_vm", create_vm, true, true, false, 0, 256},
 };
 
 static const kind_t* kind; /* the kind under test, from argv[1] */
+
+/* A pool over address ranges (a VM allocator): it maps whole units as it grows, and holds those
+ * rather than blocks of the sizes asked for. */
+static bool in_place(void) { return kind->pool && kind->create_raw == create_vm; }
 
 /* A fresh allocator of the kind; for a pool, *out_upstream receives the allocator under it. */
 static gpumem_allocator_t* make(gpumem_allocator_t** out_upstream) {
@@ -93,17 +99,38 @@ typedef struct expected {
   uint64_t in_use, peak_in_use, requested, reserved, peak_reserved, allocs, frees, upstream_allocs, upstream_frees;
 } expected_t;
 
+/* A pool that grows in place holds what its VM upstream has mapped, and takes no blocks from it. */
+static void assert_upstream_mapped_as_held(gpumem_allocator_t* a, gpumem_allocator_t* up) {
+  gpumem_vm_info_t info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  assert_ok(gpumem_vm_get_info(up, &info));
+  assert_int_equal(info.mapped_bytes, stats_of(a).bytes_reserved);
+  const gpumem_allocator_stats_t u = stats_of(up);
+  assert_int_equal(u.bytes_in_use, 0);
+  assert_int_equal(u.alloc_count, 0);
+}
+
 static void assert_stats(gpumem_allocator_t* a, expected_t e) {
   const gpumem_allocator_stats_t s = stats_of(a);
   assert_int_equal(s.bytes_in_use, e.in_use);
   assert_int_equal(s.peak_bytes_in_use, e.peak_in_use);
   assert_int_equal(s.bytes_requested, e.requested);
-  assert_int_equal(s.bytes_reserved, e.reserved);
-  assert_int_equal(s.peak_bytes_reserved, e.peak_reserved);
   assert_int_equal(s.alloc_count, e.allocs);
   assert_int_equal(s.free_count, e.frees);
-  assert_int_equal(s.upstream_alloc_count, e.upstream_allocs);
-  assert_int_equal(s.upstream_free_count, e.upstream_frees);
+  if (in_place()) {
+    /* It holds the units it mapped, whatever the blocks: all it holds, and nothing when the
+     * classic pool would hold nothing. */
+    assert_int_equal(s.bytes_reserved, pool_info_of(a).total_bytes);
+    assert_true(s.bytes_reserved >= s.bytes_in_use);
+    assert_true(s.peak_bytes_reserved >= s.bytes_reserved);
+    if (e.reserved == 0) assert_int_equal(s.bytes_reserved, 0);
+  } else {
+    assert_int_equal(s.bytes_reserved, e.reserved);
+    assert_int_equal(s.peak_bytes_reserved, e.peak_reserved);
+    assert_int_equal(s.upstream_alloc_count, e.upstream_allocs);
+    assert_int_equal(s.upstream_free_count, e.upstream_frees);
+  }
   assert_int_equal(s.retry_count, 0);
   assert_int_equal(s.oom_count, 0);
 }
@@ -299,7 +326,9 @@ static void test_conformance_stats_exact(void** state) {
                                .frees = 0,
                                .upstream_allocs = 4,
                                .upstream_frees = 0});
-  if (kind->pool) {
+  if (in_place()) {
+    assert_upstream_mapped_as_held(a, up);
+  } else if (kind->pool) {
     /* The pool asked its upstream for the rounded sizes. */
     const gpumem_allocator_stats_t u = stats_of(up);
     assert_int_equal(u.bytes_in_use, 5120);
@@ -369,10 +398,14 @@ static void test_conformance_stats_exact(void** state) {
                                  .frees = 5,
                                  .upstream_allocs = 4,
                                  .upstream_frees = 4});
-    const gpumem_allocator_stats_t u = stats_of(up);
-    assert_int_equal(u.bytes_in_use, 0);
-    assert_int_equal(u.alloc_count, 4);
-    assert_int_equal(u.free_count, 4);
+    if (in_place()) {
+      assert_upstream_mapped_as_held(a, up);
+    } else {
+      const gpumem_allocator_stats_t u = stats_of(up);
+      assert_int_equal(u.bytes_in_use, 0);
+      assert_int_equal(u.alloc_count, 4);
+      assert_int_equal(u.free_count, 4);
+    }
   }
   unmake(a, up);
 }
@@ -529,8 +562,12 @@ static void test_conformance_destroy_force_with_live_allocations(void** state) {
     /* The pool freed what was live and returned every block: the upstream holds nothing. */
     const gpumem_allocator_stats_t u = stats_of(up);
     assert_int_equal(u.bytes_in_use, 0);
-    assert_int_equal(u.alloc_count, 3);
-    assert_int_equal(u.free_count, 3);
+    if (in_place()) {
+      assert_int_equal(u.bytes_reserved, 0); /* nothing mapped */
+    } else {
+      assert_int_equal(u.alloc_count, 3);
+      assert_int_equal(u.free_count, 3);
+    }
     assert_ok(gpumem_allocator_destroy(up));
   }
   assert_ok(gpumem_allocator_destroy_force(NULL));
@@ -564,8 +601,14 @@ static void test_conformance_destroy_upstream_of_pool_is_busy(void** state) {
   assert_ok(gpumem_alloc(a, 100, NULL, &p));
   assert_ok(gpumem_alloc(over, 100, NULL, &q));
   assert_int_equal(stats_of(over).bytes_in_use, 512);
-  /* The outer pool's block came from a. */
-  assert_int_equal(stats_of(a).bytes_in_use, mem(100) + mem(512));
+  if (!kind->pool && kind->create_raw == create_vm) {
+    /* Over a VM allocator the outer pool maps memory into addresses of a's: no block of a's. */
+    assert_int_equal(stats_of(a).bytes_in_use, mem(100));
+    assert_int_equal(pool_info_of(over).total_bytes, stats_of(a).bytes_reserved - mem(100));
+  } else {
+    /* The outer pool's block came from a. */
+    assert_int_equal(stats_of(a).bytes_in_use, mem(100) + mem(512));
+  }
   assert_ok(gpumem_free(over, q, NULL));
   assert_ok(gpumem_free(a, p, NULL));
 

@@ -8,10 +8,23 @@
  *   FAKE_CUDA_DEVICE_COUNT  what cuDeviceGetCount reports (default 1, at most 8)
  *   FAKE_CUDA_UNMAPPED      "start:size" in hex: a window of addresses taken as unmapped, which
  *                           cuMemHostRegister refuses (fake_cuda_set_unmapped() overrides it)
+ *   FAKE_CUDA_ZERO_ATTRIBUTES  comma-separated CUdevice_attribute numbers reported as 0 (every other
+ *                           attribute is 1)
+ *   FAKE_CUDA_PEER_ACCESS   "1": every device can reach every other's memory (cuDeviceCanAccessPeer);
+ *                           default: none can
  * No memory is ever handed out: allocations fail with CUDA_ERROR_OUT_OF_MEMORY. So that calls on
  * managed memory get past their pointer checks, one range that nobody owns is reported as a managed
  * allocation on device 0 (fake_cuda_managed_address()); the fake never touches it and neither may
  * its callers.
+ *
+ * Virtual memory management is bookkeeping too, of addresses in a window nobody maps: reservations
+ * (cuMemAddressReserve), physical allocations (cuMemCreate, counted against each device's free
+ * memory, which cuMemGetInfo reports less what they hold), and mappings of whole allocations into
+ * reservations with each device's access (cuMemMap, cuMemSetAccess). cuMemUnmap takes whole
+ * mappings only; cuMemSetAccess a range that is mapped all through. cuPointerGetAttributes reports
+ * a mapped address as device memory of the allocation's device, whose range is its one mapping, as
+ * the driver does; memsets succeed (and write nothing) where the current device may write all of
+ * the mapped range.
  *
  * Host registration is real bookkeeping, never touching the memory: a ledger of live registrations
  * that refuses what the driver refuses. The driver locks whole pages, so cuMemHostRegister fails
@@ -94,6 +107,67 @@ static int unmapped_set;
 static uintptr_t unmapped_start;
 static size_t unmapped_size;
 
+/* Virtual memory management, under vmm_mutex: reservations and mappings sorted by start; the
+ * allocation of handle h is vmm_handles[h - 1]. An allocation's memory is held until it is released
+ * and no longer mapped. */
+#define FAKE_VMM_BASE ((uintptr_t)0x7e0000000000ULL)
+#define FAKE_VMM_SIZE ((size_t)1 << 40)
+#define FAKE_VMM_GRANULARITY ((size_t)2 << 20)
+struct vmm_range {
+  uintptr_t start;
+  size_t size;
+};
+struct vmm_allocation {
+  size_t size;
+  int device;
+  int released;
+  int mapped;
+};
+struct vmm_mapping {
+  uintptr_t start;
+  size_t size;
+  CUmemGenericAllocationHandle handle;
+  CUmemAccess_flags access[FAKE_MAX_DEVICES];
+};
+static pthread_mutex_t vmm_mutex = PTHREAD_MUTEX_INITIALIZER;
+static struct vmm_range* vmm_ranges;
+static size_t vmm_range_count, vmm_range_capacity;
+static struct vmm_allocation* vmm_handles;
+static size_t vmm_handle_count, vmm_handle_capacity;
+static struct vmm_mapping* vmm_mappings;
+static size_t vmm_mapping_count, vmm_mapping_capacity;
+static size_t vmm_held[FAKE_MAX_DEVICES];
+static size_t create_calls, map_calls, unmap_calls, set_access_calls, synchronize_calls;
+
+/* Room for one more item in an array that grows; 0 when there is none. */
+static int grow(void** items, size_t* capacity, size_t count, size_t item_size) {
+  if (count < *capacity) return 1;
+  const size_t more = *capacity ? 2 * *capacity : 64;
+  void* grown = realloc(*items, more * item_size);
+  if (grown == NULL) return 0;
+  *items = grown;
+  *capacity = more;
+  return 1;
+}
+
+/* The mapping that holds p, or NULL; under vmm_mutex. */
+static struct vmm_mapping* vmm_mapping_holding(uintptr_t p) {
+  for (size_t i = 0; i < vmm_mapping_count && vmm_mappings[i].start <= p; ++i)
+    if (p - vmm_mappings[i].start < vmm_mappings[i].size) return &vmm_mappings[i];
+  return NULL;
+}
+
+/* Whether mappings cover [p, p + size) without a gap, and (device >= 0) that device may write all of
+ * them; under vmm_mutex. */
+static int vmm_covered(uintptr_t p, size_t size, int device) {
+  for (uintptr_t at = p; at - p < size;) {
+    const struct vmm_mapping* m = vmm_mapping_holding(at);
+    if (m == NULL || (device >= 0 && m->access[device] != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)) return 0;
+    at = m->start + m->size;
+  }
+  return size > 0;
+}
+
 static uintptr_t page_size(void) { return (uintptr_t)sysconf(_SC_PAGESIZE); }
 static uintptr_t page_down(uintptr_t p) { return p & ~(page_size() - 1); }
 /* The end of the last page [p, p + size) touches; 0 when that wraps past the address space. */
@@ -155,6 +229,20 @@ static int is_missing(const char* symbol) {
     if (comma == NULL) return 0;
     p = comma + 1;
   }
+}
+
+/* Whether FAKE_CUDA_PEER_ACCESS lets every device reach every other. */
+static int peer_access(void) { return env_long("FAKE_CUDA_PEER_ACCESS", 0) != 0; }
+
+/* Whether an attribute is one FAKE_CUDA_ZERO_ATTRIBUTES names. */
+static int zero_attribute(CUdevice_attribute attribute) {
+  const char* list = getenv("FAKE_CUDA_ZERO_ATTRIBUTES");
+  for (char* end = NULL; list != NULL && *list; list = *end == ',' ? end + 1 : end) {
+    const long n = strtol(list, &end, 0);
+    if (end == list) return 0;
+    if (n == (long)attribute) return 1;
+  }
+  return 0;
 }
 
 static int in_managed_range(CUdeviceptr p, size_t size) {
@@ -241,11 +329,11 @@ static CUresult CUDAAPI fake_cuDeviceTotalMem(size_t* bytes, CUdevice dev) {
   *bytes = FAKE_TOTAL_MEMORY;
   return CUDA_SUCCESS;
 }
-/* Every capability present: compute capability 1.1, managed memory, concurrent access, pools. */
+/* Every capability present unless FAKE_CUDA_ZERO_ATTRIBUTES says otherwise: compute capability
+ * 1.1, managed memory, concurrent access, pools, virtual memory management. */
 static CUresult CUDAAPI fake_cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, CUdevice dev) {
-  (void)attribute;
   REQUIRE_DEVICE(dev);
-  *value = 1;
+  *value = zero_attribute(attribute) ? 0 : 1;
   return CUDA_SUCCESS;
 }
 static CUresult CUDAAPI fake_cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice dev) {
@@ -296,7 +384,10 @@ static CUresult CUDAAPI fake_cuStreamSynchronize(CUstream stream) {
 
 static CUresult CUDAAPI fake_cuMemGetInfo(size_t* free_bytes, size_t* total) {
   REQUIRE_CONTEXT();
-  *free_bytes = FAKE_FREE_MEMORY;
+  const int dev = (int)((uintptr_t)(void*)current_context() - (uintptr_t)primary_contexts);
+  pthread_mutex_lock(&vmm_mutex);
+  *free_bytes = FAKE_FREE_MEMORY - vmm_held[dev];
+  pthread_mutex_unlock(&vmm_mutex);
   *total = FAKE_TOTAL_MEMORY;
   return CUDA_SUCCESS;
 }
@@ -430,6 +521,201 @@ static CUresult CUDAAPI fake_cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemo
   return CUDA_SUCCESS;
 }
 
+/* Virtual memory management: the bookkeeping described at the top. */
+static int valid_prop(const CUmemAllocationProp* prop) {
+  return prop != NULL && prop->type == CU_MEM_ALLOCATION_TYPE_PINNED &&
+         prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE && prop->location.id >= 0 &&
+         prop->location.id < device_count();
+}
+static CUresult CUDAAPI fake_cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
+                                                           CUmemAllocationGranularity_flags option) {
+  REQUIRE_INIT();
+  if (granularity == NULL || !valid_prop(prop) ||
+      (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
+    return CUDA_ERROR_INVALID_VALUE;
+  *granularity = FAKE_VMM_GRANULARITY;
+  return CUDA_SUCCESS;
+}
+/* The first gap of the window that fits, at the alignment. */
+static CUresult CUDAAPI fake_cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                                 unsigned long long flags) {
+  (void)addr; /* a hint the driver may ignore */
+  REQUIRE_INIT();
+  if (alignment == 0) alignment = FAKE_VMM_GRANULARITY;
+  if (ptr == NULL || size == 0 || size % FAKE_VMM_GRANULARITY || (alignment & (alignment - 1)) || flags)
+    return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+  pthread_mutex_lock(&vmm_mutex);
+  uintptr_t at = FAKE_VMM_BASE;
+  for (size_t i = 0; i <= vmm_range_count; ++i) {
+    const uintptr_t limit = i < vmm_range_count ? vmm_ranges[i].start : FAKE_VMM_BASE + FAKE_VMM_SIZE;
+    at = (at + alignment - 1) & ~(uintptr_t)(alignment - 1);
+    if (at <= limit && size <= limit - at) {
+      if (!grow((void**)&vmm_ranges, &vmm_range_capacity, vmm_range_count, sizeof *vmm_ranges)) break;
+      memmove(&vmm_ranges[i + 1], &vmm_ranges[i], (vmm_range_count - i) * sizeof *vmm_ranges);
+      vmm_ranges[i] = (struct vmm_range){at, size};
+      ++vmm_range_count;
+      *ptr = (CUdeviceptr)at;
+      r = CUDA_SUCCESS;
+      break;
+    }
+    if (i < vmm_range_count) at = vmm_ranges[i].start + vmm_ranges[i].size;
+  }
+  pthread_mutex_unlock(&vmm_mutex);
+  return r;
+}
+/* A whole reservation, with nothing mapped in it. */
+static CUresult CUDAAPI fake_cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  REQUIRE_INIT();
+  CUresult r = CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&vmm_mutex);
+  for (size_t i = 0; i < vmm_range_count; ++i) {
+    if (vmm_ranges[i].start != (uintptr_t)ptr || vmm_ranges[i].size != size) continue;
+    int empty = 1;
+    for (size_t j = 0; j < vmm_mapping_count; ++j) empty &= vmm_mappings[j].start - (uintptr_t)ptr >= size;
+    if (empty) {
+      memmove(&vmm_ranges[i], &vmm_ranges[i + 1], (vmm_range_count - i - 1) * sizeof *vmm_ranges);
+      --vmm_range_count;
+      r = CUDA_SUCCESS;
+    }
+    break;
+  }
+  pthread_mutex_unlock(&vmm_mutex);
+  return r;
+}
+static CUresult CUDAAPI fake_cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                                         const CUmemAllocationProp* prop, unsigned long long flags) {
+  REQUIRE_INIT();
+  if (handle == NULL || !valid_prop(prop) || size == 0 || size % FAKE_VMM_GRANULARITY || flags)
+    return CUDA_ERROR_INVALID_VALUE;
+  const int dev = prop->location.id;
+  CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+  pthread_mutex_lock(&vmm_mutex);
+  ++create_calls;
+  if (size <= FAKE_FREE_MEMORY - vmm_held[dev] &&
+      grow((void**)&vmm_handles, &vmm_handle_capacity, vmm_handle_count, sizeof *vmm_handles)) {
+    vmm_handles[vmm_handle_count++] = (struct vmm_allocation){size, dev, 0, 0};
+    vmm_held[dev] += size;
+    *handle = vmm_handle_count;
+    r = CUDA_SUCCESS;
+  }
+  pthread_mutex_unlock(&vmm_mutex);
+  return r;
+}
+/* The allocation of a live handle, or NULL; under vmm_mutex. */
+static struct vmm_allocation* vmm_allocation(CUmemGenericAllocationHandle handle) {
+  return handle >= 1 && handle <= vmm_handle_count && !vmm_handles[handle - 1].released ? &vmm_handles[handle - 1]
+                                                                                        : NULL;
+}
+static void vmm_forget_if_done(struct vmm_allocation* a) {
+  if (a->released && a->mapped == 0) vmm_held[a->device] -= a->size;
+}
+static CUresult CUDAAPI fake_cuMemRelease(CUmemGenericAllocationHandle handle) {
+  REQUIRE_INIT();
+  pthread_mutex_lock(&vmm_mutex);
+  struct vmm_allocation* a = vmm_allocation(handle);
+  if (a != NULL) {
+    a->released = 1;
+    vmm_forget_if_done(a);
+  }
+  pthread_mutex_unlock(&vmm_mutex);
+  return a != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+/* A whole allocation, into addresses of one reservation where nothing is mapped. */
+static CUresult CUDAAPI fake_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                                      unsigned long long flags) {
+  REQUIRE_INIT();
+  const uintptr_t p = (uintptr_t)ptr;
+  CUresult r = CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&vmm_mutex);
+  ++map_calls;
+  struct vmm_allocation* a = vmm_allocation(handle);
+  int inside = 0, free_there = 1;
+  for (size_t i = 0; i < vmm_range_count; ++i)
+    inside |= p >= vmm_ranges[i].start && p - vmm_ranges[i].start < vmm_ranges[i].size &&
+              size <= vmm_ranges[i].size - (p - vmm_ranges[i].start);
+  size_t at = 0;
+  for (; at < vmm_mapping_count && vmm_mappings[at].start < p + size; ++at)
+    free_there &= vmm_mappings[at].start + vmm_mappings[at].size <= p;
+  if (a != NULL && offset == 0 && size == a->size && flags == 0 && inside && free_there &&
+      grow((void**)&vmm_mappings, &vmm_mapping_capacity, vmm_mapping_count, sizeof *vmm_mappings)) {
+    memmove(&vmm_mappings[at + 1], &vmm_mappings[at], (vmm_mapping_count - at) * sizeof *vmm_mappings);
+    vmm_mappings[at] = (struct vmm_mapping){p, size, handle, {CU_MEM_ACCESS_FLAGS_PROT_NONE}};
+    ++vmm_mapping_count;
+    ++a->mapped;
+    r = CUDA_SUCCESS;
+  }
+  pthread_mutex_unlock(&vmm_mutex);
+  return r;
+}
+/* Whole mappings that make up [ptr, ptr + size) without a gap. */
+static CUresult CUDAAPI fake_cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  REQUIRE_INIT();
+  const uintptr_t p = (uintptr_t)ptr;
+  CUresult r = CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&vmm_mutex);
+  ++unmap_calls;
+  size_t first = 0;
+  while (first < vmm_mapping_count && vmm_mappings[first].start < p) ++first;
+  size_t last = first;
+  uintptr_t at = p;
+  for (; last < vmm_mapping_count && vmm_mappings[last].start == at && at - p < size; ++last)
+    at += vmm_mappings[last].size;
+  if (size > 0 && at - p == size && vmm_covered(p, size, -1)) {
+    for (size_t i = first; i < last; ++i) {
+      struct vmm_allocation* a = &vmm_handles[vmm_mappings[i].handle - 1];
+      --a->mapped;
+      vmm_forget_if_done(a);
+    }
+    memmove(&vmm_mappings[first], &vmm_mappings[last], (vmm_mapping_count - last) * sizeof *vmm_mappings);
+    vmm_mapping_count -= last - first;
+    r = CUDA_SUCCESS;
+  }
+  pthread_mutex_unlock(&vmm_mutex);
+  return r;
+}
+/* Over whole mappings, mapped all through; a device other than the memory's needs a peer path. */
+static CUresult CUDAAPI fake_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  REQUIRE_INIT();
+  if (desc == NULL || count == 0) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < count; ++i) {
+    if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+    REQUIRE_DEVICE(desc[i].location.id);
+    if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+        desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  const uintptr_t p = (uintptr_t)ptr;
+  CUresult r = CUDA_SUCCESS;
+  pthread_mutex_lock(&vmm_mutex);
+  ++set_access_calls;
+  const struct vmm_mapping* head = vmm_mapping_holding(p);
+  const struct vmm_mapping* tail = size ? vmm_mapping_holding(p + size - 1) : NULL;
+  if (!vmm_covered(p, size, -1) || head->start != p || tail->start + tail->size != p + size)
+    r = CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; r == CUDA_SUCCESS && i < vmm_mapping_count; ++i) {
+    struct vmm_mapping* m = &vmm_mappings[i];
+    if (m->start - p >= size) continue;
+    for (size_t j = 0; j < count; ++j)
+      if (desc[j].location.id != vmm_handles[m->handle - 1].device && !peer_access()) r = CUDA_ERROR_INVALID_DEVICE;
+  }
+  for (size_t i = 0; r == CUDA_SUCCESS && i < vmm_mapping_count; ++i) {
+    struct vmm_mapping* m = &vmm_mappings[i];
+    if (m->start - p >= size) continue;
+    for (size_t j = 0; j < count; ++j) m->access[desc[j].location.id] = desc[j].flags;
+  }
+  pthread_mutex_unlock(&vmm_mutex);
+  return r;
+}
+/* No work is ever queued: there is none to wait for. */
+static CUresult CUDAAPI fake_cuCtxSynchronize(void) {
+  REQUIRE_CONTEXT();
+  pthread_mutex_lock(&vmm_mutex);
+  ++synchronize_calls;
+  pthread_mutex_unlock(&vmm_mutex);
+  return CUDA_SUCCESS;
+}
+
 /* Host registration: the ledger. */
 static CUresult register_locked(uintptr_t p, size_t size, unsigned int flags) {
   ++register_calls;
@@ -520,20 +806,26 @@ static CUresult CUDAAPI fake_cuMemHostGetDevicePointer(CUdeviceptr* d, void* p, 
   *d = 0;
   return fake_cuMemFree((CUdeviceptr)(uintptr_t)p);
 }
+/* A memset writes nothing, and succeeds where the current device may write mapped memory. */
+static CUresult device_write(CUdeviceptr d, size_t n, size_t element_size) {
+  REQUIRE_CONTEXT();
+  const int dev = (int)((uintptr_t)(void*)current_context() - (uintptr_t)primary_contexts);
+  pthread_mutex_lock(&vmm_mutex);
+  const int writable = n <= SIZE_MAX / element_size && vmm_covered((uintptr_t)d, n * element_size, dev);
+  pthread_mutex_unlock(&vmm_mutex);
+  return writable ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
 static CUresult CUDAAPI fake_cuMemsetD8(CUdeviceptr d, unsigned char v, size_t n) {
   (void)v;
-  (void)n;
-  return fake_cuMemFree(d);
+  return device_write(d, n, 1);
 }
 static CUresult CUDAAPI fake_cuMemsetD16(CUdeviceptr d, unsigned short v, size_t n) {
   (void)v;
-  (void)n;
-  return fake_cuMemFree(d);
+  return device_write(d, n, 2);
 }
 static CUresult CUDAAPI fake_cuMemsetD32(CUdeviceptr d, unsigned int v, size_t n) {
   (void)v;
-  (void)n;
-  return fake_cuMemFree(d);
+  return device_write(d, n, 4);
 }
 static CUresult CUDAAPI fake_cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream stream) {
   (void)stream;
@@ -579,7 +871,7 @@ static CUresult CUDAAPI fake_cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER* copy,
 static CUresult CUDAAPI fake_cuDeviceCanAccessPeer(int* can, CUdevice dev, CUdevice peer) {
   REQUIRE_DEVICE(dev);
   REQUIRE_DEVICE(peer);
-  *can = 0;
+  *can = dev != peer && peer_access();
   return CUDA_SUCCESS;
 }
 static CUresult CUDAAPI fake_cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
@@ -701,17 +993,25 @@ static CUresult CUDAAPI fake_cuMemRangeGetAttributes(void** data, size_t* sizes,
   return CUDA_SUCCESS;
 }
 
-/* The managed range, registered host memory (as the ledger has it), and plain host memory (the
- * driver's "default NULL values") for every other address. */
+/* The managed range, VMM mappings (each its own range, of no context), registered host memory (as
+ * the ledger has it), and plain host memory (the driver's "default NULL values") for every other
+ * address. No memory is legacy-IPC capable or from a memory pool. */
 static CUresult CUDAAPI fake_cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attributes, void** data,
                                                     CUdeviceptr p) {
   REQUIRE_INIT();
   const int managed = in_managed_range(p, 1);
+  pthread_mutex_lock(&vmm_mutex);
+  const struct vmm_mapping* holding = managed ? NULL : vmm_mapping_holding((uintptr_t)p);
+  const struct vmm_mapping mapping =
+      holding ? *holding : (struct vmm_mapping){0, 0, 0, {CU_MEM_ACCESS_FLAGS_PROT_NONE}};
+  const int mapped_device = holding ? vmm_handles[holding->handle - 1].device : CU_DEVICE_INVALID;
+  pthread_mutex_unlock(&vmm_mutex);
+  const int vmm = holding != NULL;
   pthread_mutex_lock(&ledger_mutex);
-  const struct registration* found = managed ? NULL : registration_holding((uintptr_t)p);
+  const struct registration* found = managed || vmm ? NULL : registration_holding((uintptr_t)p);
   const struct registration host = found ? *found : (struct registration){0, 0, 0, NULL};
   pthread_mutex_unlock(&ledger_mutex);
-  const int known = managed || found;
+  const int known = managed || vmm || found;
   for (unsigned int i = 0; i < count; ++i) {
     void* out = data[i];
     switch (attributes[i]) {
@@ -719,27 +1019,37 @@ static CUresult CUDAAPI fake_cuPointerGetAttributes(unsigned int count, CUpointe
         *(CUcontext*)out = managed ? (CUcontext)(void*)&primary_contexts[0] : host.context;
         break;
       case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        *(unsigned int*)out = managed ? CU_MEMORYTYPE_DEVICE : found ? CU_MEMORYTYPE_HOST : 0;
+        *(unsigned int*)out = managed || vmm ? CU_MEMORYTYPE_DEVICE : found ? CU_MEMORYTYPE_HOST : 0;
         break;
       case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: /* unified addressing: the same address */
         *(CUdeviceptr*)out = known ? p : 0;
         break;
       case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-        *(void**)out = known ? (void*)(uintptr_t)p : NULL;
+        *(void**)out = managed || found ? (void*)(uintptr_t)p : NULL;
         break;
       case CU_POINTER_ATTRIBUTE_IS_MANAGED:
         *(unsigned char*)out = (unsigned char)managed; /* a one-byte bool, as the driver writes it */
         break;
       case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
         *(int*)out = managed ? 0
+                     : vmm   ? mapped_device
                      : found ? (int)((uintptr_t)(void*)host.context - (uintptr_t)primary_contexts)
                              : CU_DEVICE_INVALID;
         break;
       case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-        *(CUdeviceptr*)out = managed ? FAKE_MANAGED_BASE : (CUdeviceptr)host.start;
+        *(CUdeviceptr*)out = managed ? FAKE_MANAGED_BASE : vmm ? (CUdeviceptr)mapping.start : (CUdeviceptr)host.start;
         break;
       case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-        *(size_t*)out = managed ? FAKE_MANAGED_SIZE : host.size;
+        *(size_t*)out = managed ? FAKE_MANAGED_SIZE : vmm ? mapping.size : host.size;
+        break;
+      case CU_POINTER_ATTRIBUTE_MAPPED:
+        *(unsigned char*)out = (unsigned char)known;
+        break;
+      case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+        *(unsigned char*)out = 0;
+        break;
+      case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+        *(CUmemoryPool*)out = NULL;
         break;
       default:
         return CUDA_ERROR_INVALID_VALUE;
@@ -799,6 +1109,11 @@ void fake_cuda_fail_registers(int n, int code);
 void fake_cuda_fail_registers_after(int skip, int n, int code);
 void fake_cuda_set_unmapped(const void* p, size_t size);
 void fake_cuda_set_call_delay(unsigned int microseconds);
+size_t fake_cuda_vmm_reserved_bytes(void);
+size_t fake_cuda_vmm_mapped_bytes(void);
+size_t fake_cuda_vmm_held_bytes(int device);
+int fake_cuda_vmm_access(const void* p, int device);
+size_t fake_cuda_vmm_calls(const char* name);
 
 /* How many contexts gpumem left pushed on the calling thread: 0 after every call returns. */
 int fake_cuda_context_depth(void) {
@@ -870,4 +1185,48 @@ void fake_cuda_set_call_delay(unsigned int microseconds) {
   pthread_mutex_lock(&ledger_mutex);
   call_delay_us = microseconds;
   pthread_mutex_unlock(&ledger_mutex);
+}
+
+/* Addresses reserved, and mapped, now. */
+size_t fake_cuda_vmm_reserved_bytes(void) {
+  pthread_mutex_lock(&vmm_mutex);
+  size_t n = 0;
+  for (size_t i = 0; i < vmm_range_count; ++i) n += vmm_ranges[i].size;
+  pthread_mutex_unlock(&vmm_mutex);
+  return n;
+}
+size_t fake_cuda_vmm_mapped_bytes(void) {
+  pthread_mutex_lock(&vmm_mutex);
+  size_t n = 0;
+  for (size_t i = 0; i < vmm_mapping_count; ++i) n += vmm_mappings[i].size;
+  pthread_mutex_unlock(&vmm_mutex);
+  return n;
+}
+/* Memory of a device's physical allocations that are not yet freed (released and unmapped). */
+size_t fake_cuda_vmm_held_bytes(int device) {
+  pthread_mutex_lock(&vmm_mutex);
+  const size_t n = device >= 0 && device < FAKE_MAX_DEVICES ? vmm_held[device] : 0;
+  pthread_mutex_unlock(&vmm_mutex);
+  return n;
+}
+/* The access (a CUmemAccess_flags) a device has to the mapping holding p; -1 where nothing is mapped. */
+int fake_cuda_vmm_access(const void* p, int device) {
+  pthread_mutex_lock(&vmm_mutex);
+  const struct vmm_mapping* m = vmm_mapping_holding((uintptr_t)p);
+  const int flags = m != NULL && device >= 0 && device < FAKE_MAX_DEVICES ? (int)m->access[device] : -1;
+  pthread_mutex_unlock(&vmm_mutex);
+  return flags;
+}
+/* Calls since the library was loaded, failed ones included, of cuMemCreate, cuMemMap, cuMemUnmap,
+ * cuMemSetAccess or cuCtxSynchronize. */
+size_t fake_cuda_vmm_calls(const char* name) {
+  pthread_mutex_lock(&vmm_mutex);
+  const size_t n = strcmp(name, "cuMemCreate") == 0        ? create_calls
+                   : strcmp(name, "cuMemMap") == 0         ? map_calls
+                   : strcmp(name, "cuMemUnmap") == 0       ? unmap_calls
+                   : strcmp(name, "cuMemSetAccess") == 0   ? set_access_calls
+                   : strcmp(name, "cuCtxSynchronize") == 0 ? synchronize_calls
+                                                           : 0;
+  pthread_mutex_unlock(&vmm_mutex);
+  return n;
 }
