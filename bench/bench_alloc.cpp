@@ -120,6 +120,18 @@ std::string requested_extras(const gpumem_allocator_stats_t& s, uint64_t pattern
   return out;
 }
 
+// A pool of its own over upstream; on failure upstream is destroyed too.
+gpumem_allocator_t* pool_over(gpumem_allocator_t* upstream) {
+  gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
+  params.upstream = upstream;
+  gpumem_allocator_t* pool = nullptr;
+  if (const gpumem_status_t st = gpumem_pool_create(&params, &pool); st != GPUMEM_SUCCESS) {
+    gpumem_allocator_destroy(upstream);
+    gpumem_failed("gpumem_pool_create", st);
+  }
+  return pool;
+}
+
 struct GpumemPool {
   const char* name;
   gpumem_allocator_t* handle;  // what gpumem_alloc is given: the pool, or NULL for the default
@@ -970,13 +982,7 @@ int run(bool streams_only) {
   try {
     gpumem_allocator_t* upstream = nullptr;
     check(gpumem_allocator_create_device(0, &upstream), "gpumem_allocator_create_device");
-    gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
-    params.upstream = upstream;
-    gpumem_allocator_t* pool = nullptr;
-    if (const gpumem_status_t st = gpumem_pool_create(&params, &pool); st != GPUMEM_SUCCESS) {
-      gpumem_allocator_destroy(upstream);
-      gpumem_failed("gpumem_pool_create", st);
-    }
+    gpumem_allocator_t* pool = pool_over(upstream);
     GpumemPool a{"gpumem_pool_created", pool, pool};
     run_row(a, kCaching, pat);
     // The same pool while a trace records it (trace.h): what leaving recording on costs.
@@ -993,6 +999,19 @@ int run(bool streams_only) {
     check(gpumem_allocator_destroy(upstream), "gpumem_allocator_destroy(upstream)");
   } catch (const Failure& f) {
     std::printf("FAIL gpumem_pool_created: %s\n", f.what());
+  }
+  try {
+    // The pool over virtual memory (vm.h): segments that grow in place. Same fast path.
+    gpumem_allocator_t* upstream = nullptr;
+    gpumem_vm_params_t vm = GPUMEM_VM_PARAMS_INIT;
+    check(gpumem_allocator_create_vm(&vm, &upstream), "gpumem_allocator_create_vm");
+    gpumem_allocator_t* pool = pool_over(upstream);
+    GpumemPool a{"gpumem_pool_vm", pool, pool};
+    run_row(a, kCaching, pat);
+    check(gpumem_allocator_destroy(pool), "gpumem_allocator_destroy(pool)");
+    check(gpumem_allocator_destroy(upstream), "gpumem_allocator_destroy(upstream)");
+  } catch (const Failure& f) {
+    std::printf("FAIL gpumem_pool_vm: %s\n", f.what());
   }
   {
     GpumemPool a{"gpumem_default", nullptr, default_allocator};

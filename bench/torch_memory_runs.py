@@ -62,6 +62,24 @@ def resnet():
         return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 1000))
 
 
+# The batch makers and the seed, at module level so that bench/torch_dropin.py runs the same
+# batches: the shapes come from `random`, seeded once, the GPT run's draws before the ResNet run's.
+SEED = 20261130
+GPT_BATCHES, GPT_LENGTHS = [4, 8, 12, 16, 24], [128, 256, 384, 512, 768, 1024]
+RESNET_BATCHES, RESNET_SIZES = [16, 24, 32, 48, 64], [128, 160, 192, 224, 256]
+
+
+def gpt_batch():
+    b, n = random.choice(GPT_BATCHES), random.choice(GPT_LENGTHS)
+    idx = torch.randint(0, 32000, (b, n), device="cuda")
+    return idx, torch.randint(0, 32000, (b, n), device="cuda")
+
+
+def resnet_batch():
+    b, s = random.choice(RESNET_BATCHES), random.choice(RESNET_SIZES)
+    return torch.randn(b, 3, s, s, device="cuda"), torch.randint(0, 1000, (b,), device="cuda")
+
+
 def run(name, model, make_batch, steps, out):
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
@@ -89,18 +107,8 @@ def main(argv):
     p.add_argument("out")
     p.add_argument("--steps", type=int, default=12)
     a = p.parse_args(argv)
-    random.seed(20261130)
-    torch.manual_seed(20261130)
-
-    def gpt_batch():
-        b, n = random.choice([4, 8, 12, 16, 24]), random.choice([128, 256, 384, 512, 768, 1024])
-        idx = torch.randint(0, 32000, (b, n), device="cuda")
-        return idx, torch.randint(0, 32000, (b, n), device="cuda")
-
-    def resnet_batch():
-        b, s = random.choice([16, 24, 32, 48, 64]), random.choice([128, 160, 192, 224, 256])
-        return torch.randn(b, 3, s, s, device="cuda"), torch.randint(0, 1000, (b,), device="cuda")
-
+    random.seed(SEED)
+    torch.manual_seed(SEED)
     run("gpt", GPT(), gpt_batch, a.steps, a.out)
     run("resnet", resnet(), resnet_batch, a.steps, a.out)
 

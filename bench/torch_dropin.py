@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""gpumem's pool as PyTorch's CUDA allocator, against PyTorch's own: the memory each needs for
+the same training runs as bench/torch_memory_runs.py (a GPT-style model and a ResNet, batch
+shapes varying from step to step, the same seed), and the time a step takes.
+
+    python3 bench/torch_dropin.py --module build/gpu/bench/libgpumem_torch_allocator.so \\
+        [--steps N] [--runs gpt,resnet] [--configs torch,torch_expandable,gpumem_pool,gpumem_pool_vm]
+
+Each (run, configuration) runs in a fresh process, since PyTorch's allocator can only be chosen
+before CUDA is initialised:
+
+    torch             PyTorch's caching allocator (PYTORCH_CUDA_ALLOC_CONF unset)
+    torch expandable  the same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    gpumem pool       libgpumem_torch_allocator.so through CUDAPluggableAllocator, over cuMemAlloc
+                      (GPUMEM_TORCH_UPSTREAM=device)
+    gpumem pool vm    the same over virtual memory, segments growing in place (GPUMEM_TORCH_UPSTREAM=vm)
+
+Each process prints one `DROPIN <run> <config> key=value ...` line; this script prints them as they
+come and a table at the end. The module needs libgpumem.so on LD_LIBRARY_PATH (<build>/.gpu/run
+sets it on the lent GPU machine). Without PyTorch it prints "no PyTorch: ..." and without a GPU
+"no GPU: ...", and exits 0. bench/README.md says what each figure is.
+"""
+import argparse
+import ctypes
+import os
+import subprocess
+import sys
+import threading
+import time
+
+CONFIGS = {  # id: (label, environment, through the gpumem module)
+    "torch": ("torch", {}, False),
+    "torch_expandable": ("torch expandable", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, False),
+    "gpumem_pool": ("gpumem pool", {"GPUMEM_TORCH_UPSTREAM": "device"}, True),
+    "gpumem_pool_vm": ("gpumem pool vm", {"GPUMEM_TORCH_UPSTREAM": "vm"}, True),
+}
+RUNS = ("gpt", "resnet")
+MiB = 1 << 20
+
+
+def config_id(name):
+    return name.strip().lower().replace(" ", "_").replace("-", "_")
+
+
+def load_stats(module):
+    lib = ctypes.CDLL(module)
+    lib.gpumem_torch_stats.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)]
+    lib.gpumem_torch_stats.restype = ctypes.c_int
+    return lib
+
+
+# ---- The child: one run under one configuration ----
+
+
+class DriverPoller(threading.Thread):
+    """The highest device memory in use that the driver reports (total - free), polled as fast as
+    the thread can. A peak shorter than one poll can be missed: the figure is a lower bound."""
+
+    def __init__(self, torch, device):
+        super().__init__(daemon=True)
+        self.torch, self.device, self.stop, self.peak, self.samples = torch, device, threading.Event(), 0, 0
+
+    def run(self):
+        mem_get_info, device, stop = self.torch.cuda.mem_get_info, self.device, self.stop
+        peak = samples = 0
+        while not stop.is_set():
+            free, total = mem_get_info(device)
+            peak = max(peak, total - free)
+            samples += 1
+        self.peak, self.samples = peak, samples
+
+
+def warm_up(torch, F):
+    """Loads what every configuration needs alike and keeps: cuBLAS and cuBLASLt (their handles and
+    workspaces, for this thread and the autograd thread that runs backward) and cuDNN."""
+    w = torch.ones(64, 64, device="cuda", requires_grad=True)
+    F.linear(torch.ones(4, 64, device="cuda"), w, torch.ones(64, device="cuda")).sum().backward()
+    k = torch.ones(8, 3, 3, 3, device="cuda", requires_grad=True)
+    F.conv2d(torch.ones(2, 3, 16, 16, device="cuda"), k).sum().backward()
+    torch.cuda.synchronize()
+
+
+def child(run, cfg, steps, module):
+    import torch
+    import torch.nn.functional as F
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import torch_memory_runs as runs
+
+    lib = None
+    if CONFIGS[cfg][2]:  # before anything initialises CUDA, which fixes the allocator
+        pluggable = torch.cuda.memory.CUDAPluggableAllocator(module, "gpumem_torch_malloc", "gpumem_torch_free")
+        torch.cuda.memory.change_current_allocator(pluggable)
+        lib = load_stats(module)
+
+    def allocator_peaks():  # (peak reserved, peak live)
+        if lib is None:
+            return torch.cuda.max_memory_reserved(device), torch.cuda.max_memory_allocated(device)
+        reserved, in_use = ctypes.c_uint64(), ctypes.c_uint64()
+        status = lib.gpumem_torch_stats(device, ctypes.byref(reserved), ctypes.byref(in_use))
+        if status != 0:
+            raise RuntimeError(f"gpumem_torch_stats({device}) returned {status}")
+        return reserved.value, in_use.value
+
+    torch.cuda.init()
+    device = torch.cuda.current_device()
+    print(f"# device {device}: {torch.cuda.get_device_name(device)}; torch {torch.__version__}", flush=True)
+    warm_up(torch, F)
+    free, total = torch.cuda.mem_get_info(device)
+    baseline = total - free
+    base_reserved = allocator_peaks()[0]  # no free memory has been given back yet: what it holds
+    poller = DriverPoller(torch, device)
+    poller.start()
+
+    # As torch_memory_runs.main does: seed once, build GPT, and for the ResNet draw the GPT run's
+    # batch shapes first, so that both the weights and the shapes are those of that script's runs.
+    runs.random.seed(runs.SEED)
+    torch.manual_seed(runs.SEED)
+    model = runs.GPT()
+    make_batch = runs.gpt_batch
+    if run == "resnet":
+        for _ in range(steps):
+            runs.random.choice(runs.GPT_BATCHES)
+            runs.random.choice(runs.GPT_LENGTHS)
+        del model
+        model, make_batch = runs.resnet(), runs.resnet_batch
+
+    model = model.cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    times = []
+    for _ in range(steps):  # the step of torch_memory_runs.run, timed to its end on the GPU
+        start = time.perf_counter()
+        x, target = make_batch()
+        loss = F.cross_entropy(model(x).flatten(0, -2) if x.dim() == 2 else model(x), target.flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+
+    poller.stop.set()
+    poller.join()
+    free, total = torch.cuda.mem_get_info(device)
+    driver_peak = max(poller.peak, total - free) - baseline
+    reserved, live = allocator_peaks()
+    later = times[1:] or times
+    print(f"DROPIN {run} {cfg} peak_live={live} peak_reserved={reserved} reserved_ratio={reserved / live:.4f} "
+          f"driver_peak={driver_peak} driver_ratio={driver_peak / live:.4f} "
+          f"ms_per_step={1e3 * sum(later) / len(later):.2f} first_step_ms={1e3 * times[0]:.2f} steps={steps} "
+          f"baseline={baseline} base_reserved={base_reserved} samples={poller.samples}", flush=True)
+    return 0
+
+
+# ---- The parent: one child per (run, configuration), then the table ----
+
+
+def parse_row(line):
+    fields = line.split()
+    row = {"run": fields[1], "config": fields[2]}
+    row.update(f.split("=", 1) for f in fields[3:])
+    return row
+
+
+def print_table(rows):
+    print()
+    print("| run | configuration | peak live MiB | peak reserved MiB | reserved/live | driver peak MiB | driver/live "
+          "| ms/step | first step ms |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['run']} | {CONFIGS[r['config']][0]} | {int(r['peak_live']) / MiB:.1f} "
+              f"| {int(r['peak_reserved']) / MiB:.1f} | {float(r['reserved_ratio']):.3f} "
+              f"| {int(r['driver_peak']) / MiB:.1f} | {float(r['driver_ratio']):.3f} "
+              f"| {float(r['ms_per_step']):.1f} | {float(r['first_step_ms']):.1f} |")
+    print()
+    for note in (
+            "peak live: torch.cuda.max_memory_allocated, or the gpumem pool's peak_bytes_in_use; both count sizes "
+            "rounded up to 512 B. The pool's may be over by up to 16 MiB: the autograd thread shares it "
+            "(docs/pool.md, 'Statistics under many threads').",
+            "peak reserved: torch.cuda.max_memory_reserved, or the pool's peak_bytes_reserved.",
+            "driver peak: the most device memory in use (cudaMemGetInfo, polled) beyond what was in use once CUDA, "
+            "cuBLAS and cuDNN were loaded; a lower bound, and it counts kernels loaded during the run.",
+            "ms/step: the mean of the steps after the first, each timed to a synchronize; first step: the first."):
+        print(f"- {note}")
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--module", help="libgpumem_torch_allocator.so (needed for the gpumem configurations)")
+    p.add_argument("--steps", type=int, default=12, help="training steps a run (default 12, as torch_memory_runs.py)")
+    p.add_argument("--runs", default=",".join(RUNS), help="comma-separated: gpt, resnet")
+    p.add_argument("--configs", default=",".join(CONFIGS),
+                   help="comma-separated: torch, torch expandable, gpumem pool, gpumem pool vm (or with _)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds a run may take (default 600)")
+    p.add_argument("--child", nargs=2, metavar=("RUN", "CONFIG"), help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.steps < 1:
+        p.error("--steps must be at least 1")
+    run_names = [r.strip() for r in a.runs.split(",") if r.strip()]
+    configs = [config_id(c) for c in a.configs.split(",") if c.strip()]
+    for r in run_names:
+        if r not in RUNS:
+            p.error(f"unknown run {r!r}: the runs are {', '.join(RUNS)}")
+    for c in configs:
+        if c not in CONFIGS:
+            p.error(f"unknown configuration {c!r}: the configurations are {', '.join(CONFIGS)}")
+    module = os.path.abspath(a.module) if a.module else None
+
+    if a.child:
+        return child(a.child[0], a.child[1], a.steps, module)
+
+    try:
+        import torch
+    except ImportError as e:
+        print(f"no PyTorch: {e}; torch_dropin.py compares allocators inside PyTorch and needs it")
+        return 0
+    if not torch.cuda.is_available():
+        print("no GPU: torch.cuda.is_available() is False")
+        return 0
+    if any(CONFIGS[c][2] for c in configs):
+        if module is None:
+            p.error("--module PATH (libgpumem_torch_allocator.so) is needed for the gpumem configurations")
+        try:
+            load_stats(module)
+        except OSError as e:
+            print(f"cannot load {module}: {e} (libgpumem.so must be on LD_LIBRARY_PATH: <build>/.gpu/run sets it)",
+                  file=sys.stderr)
+            return 2
+
+    rows, failed, device_line = [], 0, None
+    for run in run_names:
+        for cfg in configs:
+            env = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_CUDA_ALLOC_CONF", "GPUMEM_TORCH_UPSTREAM")}
+            env.update(CONFIGS[cfg][1])
+            cmd = [sys.executable, os.path.abspath(__file__), "--child", run, cfg, "--steps", str(a.steps)]
+            if module:
+                cmd += ["--module", module]
+            try:
+                done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, timeout=a.timeout)
+            except subprocess.TimeoutExpired:
+                print(f"FAIL {run} {cfg}: no result within {a.timeout:g} s", flush=True)
+                failed += 1
+                continue
+            row = None
+            for line in done.stdout.splitlines():
+                if line.startswith("DROPIN "):
+                    row = parse_row(line)
+                    print(line, flush=True)
+                elif line.startswith("# device"):
+                    if device_line is None:
+                        device_line = line
+                        print(line, flush=True)
+                else:
+                    print(line, flush=True)
+            if row is None:
+                print(f"FAIL {run} {cfg}: exit status {done.returncode} and no DROPIN line (its stderr is above)",
+                      flush=True)
+                failed += 1
+                continue
+            if done.returncode != 0:
+                print(f"# note: {run} {cfg} exited with status {done.returncode} after its DROPIN line", flush=True)
+            rows.append(row)
+    if rows:
+        print_table(rows)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
