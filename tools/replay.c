@@ -16,6 +16,7 @@
 
 struct device {
   uint64_t capacity, reserved, peak_reserved, next;
+  uint64_t unit; /* with virtual memory: the bytes mapped at a time */
 };
 
 /* Takes size bytes of the device's memory; 0 when it has no more. */
@@ -46,13 +47,14 @@ static gpumem_status_t device_free(void* context, void* ptr, size_t size, int32_
 }
 
 /* Virtual memory, as CUDA's: address ranges reserved without memory, memory mapped into them by the
- * unit (the H200's granularity). Only what is mapped counts against the capacity. */
-#define DEVICE_MAP_UNIT ((uint64_t)2 << 20)
+ * unit (gpumem_allocator_create_vm's default unless given). Only what is mapped counts against the
+ * capacity. */
+#define DEVICE_MAP_UNIT ((uint64_t)32 << 20)
 
 static gpumem_status_t device_reserve(void* context, size_t size, int32_t dev, void** out) {
   (void)dev;
   struct device* d = context;
-  d->next = (d->next + DEVICE_MAP_UNIT - 1) / DEVICE_MAP_UNIT * DEVICE_MAP_UNIT;
+  d->next = (d->next + d->unit - 1) / d->unit * d->unit;
   *out = (void*)(uintptr_t)d->next;
   d->next += size;
   return GPUMEM_SUCCESS;
@@ -274,25 +276,33 @@ int replay_parse_size(const char* text, uint64_t* out) {
   return 0;
 }
 
-#define CONFIG_NAMES "device, pool, or pool: with vm and limit=SIZE, comma-separated (pool:vm,limit=8GiB)"
+#define CONFIG_NAMES "device, pool, or pool: with vm, unit=SIZE and limit=SIZE, comma-separated (pool:vm,limit=8GiB)"
 
-/* Reads a configuration's name: "device", or "pool" with options after a colon, "vm" (over the
- * device's virtual memory) and "limit=SIZE". */
-static int parse_config(const char* name, int* pool, int* vm, uint64_t* limit) {
-  *pool = *vm = 0;
-  *limit = 0;
+struct config {
+  int pool;
+  uint64_t limit; /* 0: none */
+  uint64_t unit;  /* over virtual memory: the map unit; 0: not */
+};
+
+/* Reads a configuration's name: "device", or "pool" with options after a colon: "vm" (over the
+ * device's virtual memory), "unit=SIZE" (that, mapped SIZE at a time) and "limit=SIZE". */
+static int parse_config(const char* name, struct config* c) {
+  memset(c, 0, sizeof *c);
   if (!strcmp(name, "device")) return 0;
   if (strncmp(name, "pool", 4) != 0 || (name[4] && name[4] != ':')) return -1;
-  *pool = 1;
+  c->pool = 1;
   if (!name[4]) return 0;
   char options[128];
   if (snprintf(options, sizeof options, "%s", name + 5) >= (int)sizeof options) return -1;
   char* saved = NULL;
   for (char* o = strtok_r(options, ",", &saved); o; o = strtok_r(NULL, ",", &saved)) {
-    if (!strcmp(o, "vm"))
-      *vm = 1;
-    else if (strncmp(o, "limit=", 6) != 0 || replay_parse_size(o + 6, limit) != 0)
+    if (!strcmp(o, "vm")) {
+      if (!c->unit) c->unit = DEVICE_MAP_UNIT;
+    } else if (!strncmp(o, "unit=", 5)) {
+      if (replay_parse_size(o + 5, &c->unit) != 0 || c->unit == 0) return -1;
+    } else if (strncmp(o, "limit=", 6) != 0 || replay_parse_size(o + 6, &c->limit) != 0) {
       return -1;
+    }
   }
   return 0;
 }
@@ -300,14 +310,15 @@ static int parse_config(const char* name, int* pool, int* vm, uint64_t* limit) {
 /* Makes the allocator a configuration names over the device. */
 static int make_config(const char* name, gpumem_allocator_t* device, gpumem_allocator_t** out, char* error,
                        size_t error_size) {
-  int pool, vm;
-  gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
-  params.upstream = device;
-  if (parse_config(name, &pool, &vm, &params.limit) != 0) {
+  struct config c;
+  if (parse_config(name, &c) != 0) {
     snprintf(error, error_size, "unknown configuration \"%s\" (use " CONFIG_NAMES ")", name);
     return -1;
   }
-  if (!pool) {
+  gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
+  params.upstream = device;
+  params.limit = c.limit;
+  if (!c.pool) {
     *out = device;
     return 0;
   }
@@ -326,7 +337,7 @@ static void progress(const char* name, uint64_t done, uint64_t total) {
 
 void replay_run(const char* path, uint64_t capacity, uint64_t records, struct replay_result* r,
                 const struct replay_observer* observer) {
-  struct device dev = {capacity, 0, 0, 0x100000000000ULL};
+  struct device dev = {capacity, 0, 0, 0x100000000000ULL, 0};
   gpumem_allocator_functions_t fns;
   memset(&fns, 0, sizeof fns);
   fns.struct_size = sizeof fns;
@@ -334,15 +345,15 @@ void replay_run(const char* path, uint64_t capacity, uint64_t records, struct re
   fns.device = -1;
   fns.alloc = device_alloc;
   fns.free = device_free;
-  int pool, vm;
-  uint64_t limit;
-  if (parse_config(r->name, &pool, &vm, &limit) == 0 && vm) {
+  struct config c;
+  if (parse_config(r->name, &c) == 0 && c.unit) {
+    dev.unit = c.unit;
     fns.reserve = device_reserve;
     fns.unreserve = device_unreserve;
     fns.map = device_map;
     fns.unmap = device_unmap;
-    fns.map_unit = DEVICE_MAP_UNIT;
-    fns.range_size = (capacity + DEVICE_MAP_UNIT - 1) / DEVICE_MAP_UNIT * DEVICE_MAP_UNIT;
+    fns.map_unit = c.unit;
+    fns.range_size = (capacity + c.unit - 1) / c.unit * c.unit;
   }
   gpumem_allocator_t* device = NULL;
   gpumem_allocator_t* config = NULL;
