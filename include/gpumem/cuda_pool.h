@@ -231,6 +231,8 @@ enum gpumem_peer_access {
  *   never taken away: ::GPUMEM_PEER_ACCESS_NONE gives ::GPUMEM_ERROR_NOT_SUPPORTED;
  * - a managed allocator's memory is reachable from every device already: enabling succeeds and
  *   changes nothing, ::GPUMEM_PEER_ACCESS_NONE gives ::GPUMEM_ERROR_NOT_SUPPORTED;
+ * - a VM allocator (gpumem_allocator_create_vm()) sets the access of everything it has mapped
+ *   (`cuMemSetAccess`) and of all it maps later; ::GPUMEM_PEER_ACCESS_NONE takes it away again;
  * - a gpumem pool passes the call to its upstream;
  * - other kinds (host memory, pinned host memory, a caller's functions, a stream-ordered device
  *   allocator) give ::GPUMEM_ERROR_NOT_SUPPORTED.
