@@ -4,12 +4,13 @@
  *        `cuMemCreate`, `cuMemMap`): device memory mapped into reserved addresses, so that a pool
  *        over it grows its segments in place and gives memory back by unmapping.
  *
- * Used by itself, the allocator reserves the addresses of each allocation, rounded up to its map
- * unit, and maps memory into them; a free unmaps the memory and releases the addresses. Its real
- * use is as the upstream of a pool (pool.h): the pool then reserves one large range of addresses
- * per stream and maps memory into it a unit at a time as it grows (PyTorch's expandable segments),
- * so freed memory merges into blocks of any size instead of staying cut into the sizes it was
- * first allocated at, and gpumem_pool_release() unmaps free units wherever they lie.
+ * Used by itself, the allocator reserves the addresses of each allocation, rounded up to the
+ * device's granularity, and maps one physical allocation into them; a free unmaps the memory and
+ * releases the addresses. Its real use is as the upstream of a pool (pool.h): the pool then
+ * reserves one large range of addresses per stream and maps memory into it a unit at a time as it
+ * grows (PyTorch's expandable segments), so freed memory merges into blocks of any size instead of
+ * staying cut into the sizes it was first allocated at, and gpumem_pool_release() unmaps free
+ * units wherever they lie.
  *
  * Peer access (gpumem_allocator_set_peer_access()) is set on the mappings themselves
  * (`cuMemSetAccess`): for all the memory mapped now and every unit mapped later, and it can be
@@ -37,9 +38,13 @@ typedef struct gpumem_vm_params_s {
                             total memory rounded up to the map unit. A pool's request larger than one
                             range fails with ::GPUMEM_ERROR_OUT_OF_MEMORY and a detail naming
                             @c range_size; allocations made directly are not bounded by it. */
-  uint64_t map_unit;   /**< Bytes of each physical allocation (`cuMemCreate`), and so the grain of
-                            mapping and unmapping. 0: the device's minimum granularity (2 MiB on an
-                            H200); else a power of two and a multiple of that granularity. */
+  uint64_t map_unit;   /**< Bytes of each physical allocation (`cuMemCreate`) a pool over the
+                            allocator maps, and so the grain of its mapping and unmapping: a pool
+                            releases whole units only. 0: 32 MiB, or the device's minimum granularity
+                            if that is larger, since each physical allocation costs a driver call of
+                            about 40 us whatever its size up to about 32 MiB; else a power of two and
+                            a multiple of that granularity (2 MiB on an H200), the granularity itself
+                            for the finest release. Direct allocations do not use it. */
 } gpumem_vm_params_t;
 
 /** @brief Initializer for ::gpumem_vm_params_t: device 0, the default range size and map unit. */
@@ -49,10 +54,10 @@ typedef struct gpumem_vm_params_s {
 /** @brief What a VM allocator holds, from gpumem_vm_get_info(). @since 0.4.0 */
 typedef struct gpumem_vm_info_s {
   size_t struct_size;      /**< `sizeof(gpumem_vm_info_t)`. */
-  uint64_t map_unit;       /**< Bytes mapped at a time, as in effect (the default resolved). */
+  uint64_t map_unit;       /**< Bytes a pool maps at a time, as in effect (the default resolved). */
   uint64_t range_size;     /**< Bytes of addresses a pool reserves at a time, as in effect. */
-  uint64_t reserved_bytes; /**< Addresses reserved now: direct allocations (rounded to the map unit)
-                                and the ranges of pools over the allocator. */
+  uint64_t reserved_bytes; /**< Addresses reserved now: direct allocations (rounded to the device's
+                                granularity) and the ranges of pools over the allocator. */
   uint64_t mapped_bytes;   /**< Memory mapped now, direct allocations and pools' together. */
 } gpumem_vm_info_t;
 
@@ -72,10 +77,12 @@ GPUMEM_API gpumem_status_t gpumem_vm_params_init(gpumem_vm_params_t* params, siz
  * @brief Creates an allocator of device memory mapped into reserved addresses (`cuMemAddressReserve`,
  *        `cuMemCreate`, `cuMemMap`, `cuMemSetAccess`); the stream of each call is ignored.
  *
- * gpumem_alloc() reserves the size rounded up to the map unit and maps memory into all of it;
- * gpumem_free() synchronizes the device's primary context (`cuMemUnmap`, unlike `cuMemFree`, does
- * not wait for work still using the memory), unmaps and releases the addresses. A pool over the
- * allocator (gpumem_pool_create()) grows its segments in place instead. A failure creates nothing.
+ * gpumem_alloc() reserves the size rounded up to the device's granularity, aligned to it, and maps
+ * one physical allocation of that size into it (one `cuMemCreate`, one `cuMemMap`), whatever the map
+ * unit; gpumem_free() synchronizes the device's primary context (`cuMemUnmap`, unlike `cuMemFree`,
+ * does not wait for work still using the memory), unmaps it with one `cuMemUnmap` and releases the
+ * addresses. A pool over the allocator (gpumem_pool_create()) grows its segments in place instead,
+ * a map unit at a time. A failure creates nothing.
  * @param[in] params The device, the range size and the map unit.
  * @param[out] out_allocator Receives the allocator; NULL on failure.
  * @retval GPUMEM_SUCCESS

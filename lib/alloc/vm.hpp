@@ -17,8 +17,8 @@ namespace gpumem::alloc {
 
 class VmAllocator final : public RawAllocator, public Ranges {
  public:
-  // unit: a power of two and a multiple of the device's granularity; range_size: a multiple of it.
-  VmAllocator(int device, size_t unit, size_t range_size);
+  // unit: a power of two and a multiple of granularity, the device's; range_size: a multiple of unit.
+  VmAllocator(int device, size_t unit, size_t granularity, size_t range_size);
   ~VmAllocator() override;
 
   StreamOrder* stream_order() override;
@@ -54,11 +54,13 @@ class VmAllocator final : public RawAllocator, public Ranges {
   void free_addresses(uintptr_t base, size_t size);
   // counted: a pool's map or unmap, which the statistics count as reserved bytes (a direct
   // allocation is counted as one by RawAllocator).
-  void map_memory(uintptr_t p, size_t size, uintptr_t range, bool counted);
-  void unmap_memory(uintptr_t p, size_t size, bool counted);
+  // piece: the bytes of each physical allocation, mapped and unmapped whole: the unit for a
+  // pool's ranges, the whole allocation for a direct one.
+  void map_memory(uintptr_t p, size_t size, uintptr_t range, bool counted, size_t piece);
+  void unmap_memory(uintptr_t p, size_t size, bool counted, size_t piece);
   // Unmaps units this allocator mapped and nothing has used yet; ignores failures.
-  void undo_map(uintptr_t p, size_t size) noexcept;
-  [[noreturn]] void fail_mapping(CUresult result, const char* call, size_t size);
+  void undo_map(uintptr_t p, size_t size, size_t piece) noexcept;
+  [[noreturn]] void fail_mapping(CUresult result, const char* call, size_t size, size_t piece);
   // Sets one device's access to [lo, hi), or to what is still mapped of it.
   void apply_access(uintptr_t lo, uintptr_t hi, const CUmemAccessDesc& desc);
 
@@ -72,6 +74,7 @@ class VmAllocator final : public RawAllocator, public Ranges {
   uintptr_t remove_span(uintptr_t lo, uintptr_t hi);  // of one span's part; returns its range
 
   const size_t unit_;
+  const size_t granularity_;  // the device's: direct allocations are rounded to it
   const size_t range_size_;
   CUmemAllocationProp prop_{};
   // Under mutex_.

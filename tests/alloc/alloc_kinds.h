@@ -71,8 +71,9 @@ static inline gpumem_status_t create_cuda_pool_default(gpumem_allocator_t** out)
   params.source = GPUMEM_CUDA_POOL_DEFAULT;
   return gpumem_allocator_create_cuda_pool(&params, out);
 }
-/* Device memory mapped into reserved addresses, with the defaults: the device's granularity as the
- * map unit, its memory size as the range size. */
+/* Device memory mapped into reserved addresses, with the defaults: a pool over it maps 32 MiB at a
+ * time (the granularity if larger) into ranges the size of the device's memory; direct allocations
+ * are rounded to the granularity. */
 static inline gpumem_status_t create_vm(gpumem_allocator_t** out) {
   const gpumem_vm_params_t params = GPUMEM_VM_PARAMS_INIT;
   return gpumem_allocator_create_vm(&params, out);

@@ -1,8 +1,9 @@
 /* VM allocators (CUDA's virtual memory management): the checks of their parameters and handles (no
- * GPU needed), then, on a GPU, the defaults as resolved, direct allocations that span several map
- * units (copies and memsets across the units' mappings), a pool over the allocator growing in place,
- * giving memory back and growing again, out of memory at the end of a range and at the end of the
- * device, and peer access for memory mapped before and after it is set. */
+ * GPU needed), then, on a GPU, the defaults as resolved (a 32 MiB map unit, or the granularity if
+ * larger), direct allocations rounded to the granularity and mapped as one physical allocation, a
+ * pool over the allocator growing in place by whole units (copies and memsets across the units'
+ * mappings), giving memory back and growing again, out of memory at the end of a range and at the
+ * end of the device, and peer access for memory mapped before and after it is set. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
+#define DEFAULT_UNIT (32 * MiB) /* the map unit of map_unit 0, unless the granularity is larger */
 
 /* What cuda.h declares and the tests do not include: the properties of a physical allocation and
  * the values used here. */
@@ -42,6 +44,7 @@ typedef int (*test_cu_fn_granularity)(size_t* granularity, const test_mem_alloca
 typedef int (*test_cu_fn_get_access)(unsigned long long* flags, const test_mem_location_t* location,
                                      unsigned long long ptr);
 typedef int (*test_cu_fn_can_access_peer)(int* can, int device, int peer);
+typedef int (*test_cu_fn_mem_get_info)(size_t* free, size_t* total);
 
 /* ---- Helpers ---- */
 
@@ -91,6 +94,20 @@ static gpumem_allocator_t* pool_over(gpumem_allocator_t* upstream) {
 }
 
 static size_t round_up(size_t n, size_t unit) { return (n + unit - 1) / unit * unit; }
+
+/* The map unit of map_unit 0 on a device of that granularity. */
+static size_t default_unit(size_t granularity) { return granularity > DEFAULT_UNIT ? granularity : DEFAULT_UNIT; }
+
+/* The range the driver gives for an address: its mapping's, so one physical allocation's. */
+static void assert_pointer_range(const void* p, const void* base, size_t size) {
+  gpumem_pointer_info_t info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  assert_ok(gpumem_pointer_get_info(p, &info));
+  assert_int_equal(info.memory_type, GPUMEM_MEMORY_DEVICE);
+  assert_ptr_equal(info.base, base);
+  assert_int_equal(info.size, size);
+}
 
 /* The device's minimum granularity for pinned device memory, as the driver says. */
 static size_t granularity_of(int device) {
@@ -223,7 +240,7 @@ static void test_vm_create_resolves_defaults(void** state) {
 
   gpumem_allocator_t* a = create_default();
   gpumem_vm_info_t info = info_of(a);
-  assert_int_equal(info.map_unit, granularity);
+  assert_int_equal(info.map_unit, default_unit(granularity));
   assert_true(info.range_size >= device.total_memory);
   assert_int_equal(info.range_size % info.map_unit, 0);
   assert_true(info.range_size - device.total_memory < info.map_unit);
@@ -232,14 +249,28 @@ static void test_vm_create_resolves_defaults(void** state) {
   int32_t dev = -1;
   assert_ok(gpumem_allocator_get_device(a, &dev));
   assert_int_equal(dev, 0);
+  /* A direct allocation of one byte reserves and maps one granule, whatever the map unit. */
+  void* p = NULL;
+  assert_ok(gpumem_alloc(a, 1, NULL, &p));
+  info = info_of(a);
+  assert_int_equal(info.reserved_bytes, granularity);
+  assert_int_equal(info.mapped_bytes, granularity);
+  assert_ok(gpumem_free(a, p, NULL));
   assert_ok(gpumem_allocator_destroy(a));
 
-  /* Given values are kept. */
-  const gpumem_vm_params_t params = params_of(0, 64 * granularity, 4 * granularity);
+  /* Given values are kept; the granularity is the finest unit. */
+  gpumem_vm_params_t params = params_of(0, 64 * granularity, 4 * granularity);
   a = create_with(&params);
   info = info_of(a);
   assert_int_equal(info.map_unit, 4 * granularity);
   assert_int_equal(info.range_size, 64 * granularity);
+  assert_ok(gpumem_allocator_destroy(a));
+  params = params_of(0, 0, granularity);
+  a = create_with(&params);
+  info = info_of(a);
+  assert_int_equal(info.map_unit, granularity);
+  assert_true(info.range_size >= device.total_memory);
+  assert_true(info.range_size - device.total_memory < granularity);
   assert_ok(gpumem_allocator_destroy(a));
 }
 
@@ -260,27 +291,34 @@ static void test_vm_create_bad_values(void** state) {
   assert_create_refused(&params, GPUMEM_ERROR_INVALID_ARGUMENT, "not a multiple of the map unit");
   params = params_of(0, granularity, granularity * 2);
   assert_create_refused(&params, GPUMEM_ERROR_INVALID_ARGUMENT, "params->range_size is");
+  /* With the default unit a range must be whole units of it, not only whole granules. */
+  if (default_unit(granularity) > granularity) {
+    params = params_of(0, default_unit(granularity) + granularity, 0);
+    assert_create_refused(&params, GPUMEM_ERROR_INVALID_ARGUMENT, "not a multiple of the map unit (33,554,432 bytes)");
+  }
 }
 
-static void test_vm_direct_allocation_spans_units(void** state) {
+static void test_vm_direct_allocation_one_physical_allocation(void** state) {
   (void)state;
   require_gpu();
+  const size_t granularity = granularity_of(0);
   gpumem_allocator_t* a = create_default();
-  const size_t unit = info_of(a).map_unit;
+  /* Rounded to the granularity, not to the map unit, and mapped whole. */
   const size_t n = 8 * MiB + 1;
-  const size_t mapped = round_up(n, unit);
+  const size_t mapped = round_up(n, granularity);
   void* p = NULL;
   assert_ok(gpumem_alloc(a, n, NULL, &p));
   assert_non_null(p);
-  assert_int_equal((uintptr_t)p % unit, 0);
+  assert_int_equal((uintptr_t)p % granularity, 0);
   gpumem_vm_info_t info = info_of(a);
   assert_int_equal(info.reserved_bytes, mapped);
   assert_int_equal(info.mapped_bytes, mapped);
   const gpumem_allocator_stats_t stats = stats_of(a);
   assert_int_equal(stats.bytes_in_use, n);
   assert_int_equal(stats.bytes_reserved, n);
+  /* One mapping from the first byte to the last, so one physical allocation. */
+  assert_pointer_range((char*)p + mapped - 1, p, mapped);
 
-  /* Copies and memsets across the mappings of several units. */
   write_pattern(p, n, 7);
   expect_pattern(p, n, 7, "the bytes read back");
   assert_ok(gpumem_memset(p, 0x5a, 1, n));
@@ -301,6 +339,17 @@ static void test_vm_direct_allocation_spans_units(void** state) {
   assert_int_equal(info.reserved_bytes, 0);
   assert_int_equal(info.mapped_bytes, 0);
   assert_int_equal(stats_of(a).bytes_reserved, 0);
+
+  /* 3 MiB + 1: 4 MiB on a device of 2 MiB granules, where a pool would map a whole unit. */
+  const size_t small = 3 * MiB + 1;
+  assert_ok(gpumem_alloc(a, small, NULL, &p));
+  info = info_of(a);
+  assert_int_equal(info.mapped_bytes, round_up(small, granularity));
+  if (granularity == 2 * MiB) assert_int_equal(info.mapped_bytes, 4 * MiB);
+  assert_pointer_range(p, p, round_up(small, granularity));
+  write_pattern(p, small, 8);
+  expect_pattern(p, small, 8, "the bytes of 3 MiB + 1");
+  assert_ok(gpumem_free(a, p, NULL));
   assert_ok(gpumem_allocator_destroy(a));
 }
 
@@ -309,10 +358,13 @@ static void test_vm_pool_grows_in_place_and_gives_back(void** state) {
   require_gpu();
   gpumem_allocator_t* vm = create_default();
   const size_t unit = info_of(vm).map_unit;
+  assert_int_equal(unit, default_unit(granularity_of(0)));
   gpumem_allocator_t* pool = pool_over(vm);
 
   void* first = NULL;
   assert_ok(gpumem_alloc(pool, 3 * MiB, NULL, &first));
+  /* A whole unit for 3 MiB. */
+  assert_int_equal(pool_info_of(pool).total_bytes, unit);
   write_pattern(first, 3 * MiB, 1);
   /* Growth across many units; the blocks that span units are written and read whole. */
   enum { MORE = 6 };
@@ -331,7 +383,11 @@ static void test_vm_pool_grows_in_place_and_gives_back(void** state) {
   assert_int_equal(grown.total_bytes, vm_info.mapped_bytes);
   assert_int_equal(grown.address_bytes, vm_info.reserved_bytes);
   assert_true(grown.total_bytes >= 3 * MiB + 27 * unit);
+  assert_int_equal(grown.total_bytes % unit, 0);
   assert_true(grown.address_bytes >= grown.total_bytes);
+  /* Each unit is its own mapping, though a block spans several. */
+  const char* last = (const char*)more[MORE - 1] + (2 + MORE - 1) * unit + 512 * (MORE - 1) - 1;
+  assert_pointer_range(last, (const void*)((uintptr_t)last & ~(uintptr_t)(unit - 1)), unit);
 
   assert_ok(gpumem_free(pool, first, NULL));
   for (unsigned i = 0; i < MORE; i++) assert_ok(gpumem_free(pool, more[i], NULL));
@@ -339,6 +395,7 @@ static void test_vm_pool_grows_in_place_and_gives_back(void** state) {
   const gpumem_pool_info_t released = pool_info_of(pool);
   vm_info = info_of(vm);
   assert_true(released.total_bytes < grown.total_bytes);
+  assert_int_equal(released.total_bytes % unit, 0);
   assert_int_equal(released.total_bytes, vm_info.mapped_bytes);
   assert_int_equal(released.address_bytes, vm_info.reserved_bytes);
 
@@ -348,6 +405,7 @@ static void test_vm_pool_grows_in_place_and_gives_back(void** state) {
   write_pattern(again, 5 * unit + 1, 30);
   expect_pattern(again, 5 * unit + 1, 30, "a block after the pool grew again");
   assert_true(pool_info_of(pool).total_bytes >= 5 * unit + 512);
+  assert_int_equal(pool_info_of(pool).total_bytes % unit, 0);
   assert_int_equal(pool_info_of(pool).total_bytes, info_of(vm).mapped_bytes);
   assert_ok(gpumem_free(pool, again, NULL));
 
@@ -361,35 +419,50 @@ static void test_vm_pool_grows_in_place_and_gives_back(void** state) {
 static void test_vm_pool_request_beyond_range_size(void** state) {
   (void)state;
   require_gpu();
-  const gpumem_vm_params_t params = params_of(0, 64 * MiB, 0);
+  /* Units of the granularity: a 64 MiB range is whole units of it, whatever the default unit. */
+  const size_t granularity = granularity_of(0);
+  if ((64 * MiB) % granularity != 0) skip();
+  const gpumem_vm_params_t params = params_of(0, 64 * MiB, granularity);
   gpumem_allocator_t* vm = create_with(&params);
   assert_int_equal(info_of(vm).range_size, 64 * MiB);
+  assert_int_equal(info_of(vm).map_unit, granularity);
   gpumem_allocator_t* pool = pool_over(vm);
   void* p = (void*)0x1;
   assert_status(gpumem_alloc(pool, 65 * MiB, NULL, &p), GPUMEM_ERROR_OUT_OF_MEMORY);
   assert_null(p);
-  assert_detail_contains("range");
+  assert_detail_contains("range_size 67,108,864 bytes");
   assert_int_equal(stats_of(pool).oom_count, 1);
   /* A request that fits the range is served. */
   assert_ok(gpumem_alloc(pool, 32 * MiB, NULL, &p));
   write_pattern(p, 32 * MiB, 4);
   expect_pattern(p, 32 * MiB, 4, "a block of a 64 MiB range");
+  assert_int_equal(pool_info_of(pool).total_bytes, round_up(32 * MiB, granularity));
   assert_ok(gpumem_free(pool, p, NULL));
   assert_ok(gpumem_allocator_destroy(pool));
 
   /* Direct allocations are not bounded by the range size. */
   assert_ok(gpumem_alloc(vm, 65 * MiB, NULL, &p));
+  assert_int_equal(info_of(vm).mapped_bytes, round_up(65 * MiB, granularity));
   assert_ok(gpumem_free(vm, p, NULL));
   assert_ok(gpumem_allocator_destroy(vm));
+}
+
+/* The device's free memory now, as the driver says (cuMemGetInfo). */
+static size_t free_memory_of(int device) {
+  size_t free = 0, total = 0;
+  test_cu_push(device);
+  assert_int_equal(((test_cu_fn_mem_get_info)test_cu_symbol("cuMemGetInfo_v2"))(&free, &total), 0);
+  test_cu_pop();
+  return free;
 }
 
 static void test_vm_out_of_device_memory(void** state) {
   (void)state;
   require_gpu();
-  const size_t granularity = granularity_of(0);
-  if (GiB % granularity != 0) skip();
-  const gpumem_vm_params_t params = params_of(0, 0, GiB);
-  gpumem_allocator_t* a = create_with(&params);
+  gpumem_allocator_t* a = create_default();
+  const size_t unit = info_of(a).map_unit;
+  /* Direct allocations of 16 GiB, each one physical allocation, until the device has no room for
+   * one more. */
   enum { MOST = 64 };
   void* held[MOST];
   unsigned count = 0;
@@ -405,18 +478,32 @@ static void test_vm_out_of_device_memory(void** state) {
   }
   assert_status(st, GPUMEM_ERROR_OUT_OF_MEMORY);
   assert_detail_contains("out of memory mapping 17,179,869,184 bytes on device 0");
-  assert_detail_contains("bytes free");
+  assert_detail_contains("bytes free (cuMemCreate, in units of 17,179,869,184 bytes)");
   /* The failed allocation left nothing behind. */
   gpumem_vm_info_t info = info_of(a);
   assert_int_equal(info.mapped_bytes, (uint64_t)count * 16 * GiB);
   assert_int_equal(info.reserved_bytes, (uint64_t)count * 16 * GiB);
   assert_int_equal(stats_of(a).oom_count, 1);
 
+  /* A pool over it asking for more than is free maps units until the device runs out, and unmaps
+   * them again. */
+  gpumem_allocator_t* pool = pool_over(a);
+  const size_t ask = round_up(free_memory_of(0) + 1, unit);
+  void* p = (void*)0x1;
+  assert_status(gpumem_alloc(pool, ask, NULL, &p), GPUMEM_ERROR_OUT_OF_MEMORY);
+  assert_null(p);
+  assert_detail_contains("bytes free (cuMemCreate, in units of");
+  if (unit == DEFAULT_UNIT) assert_detail_contains("(cuMemCreate, in units of 33,554,432 bytes)");
+  info = info_of(a);
+  assert_int_equal(info.mapped_bytes, (uint64_t)count * 16 * GiB);
+  assert_int_equal(pool_info_of(pool).total_bytes, 0);
+  assert_ok(gpumem_allocator_destroy(pool));
+
   for (unsigned i = 0; i < count; i++) assert_ok(gpumem_free(a, held[i], NULL));
   info = info_of(a);
   assert_int_equal(info.mapped_bytes, 0);
   assert_int_equal(info.reserved_bytes, 0);
-  void* p = NULL;
+  p = NULL;
   assert_ok(gpumem_alloc(a, GiB, NULL, &p));
   write_pattern(p, MiB, 5);
   expect_pattern(p, MiB, 5, "memory mapped after running out");
@@ -466,6 +553,12 @@ static void test_vm_peer_access_before_and_after_growth(void** state) {
   assert_ok(gpumem_alloc(pool, n, NULL, &after));
   assert_int_equal(access_of(after, 1), TEST_MEM_ACCESS_READ_WRITE);
   assert_int_equal(access_of((char*)after + n - 1, 1), TEST_MEM_ACCESS_READ_WRITE);
+  /* A direct allocation, one physical allocation, is opened to the peer too. */
+  void* direct = NULL;
+  assert_ok(gpumem_alloc(vm, 3 * MiB + 1, NULL, &direct));
+  assert_int_equal(access_of(direct, 1), TEST_MEM_ACCESS_READ_WRITE);
+  assert_int_equal(access_of((char*)direct + 3 * MiB, 1), TEST_MEM_ACCESS_READ_WRITE);
+  assert_ok(gpumem_free(vm, direct, NULL));
 
   void* peer_memory = NULL;
   assert_ok(gpumem_device_alloc(1, n, &peer_memory));
@@ -497,7 +590,7 @@ int main(void) {
       cmocka_unit_test(test_vm_get_info_bad_input),
       cmocka_unit_test(test_vm_create_resolves_defaults),
       cmocka_unit_test(test_vm_create_bad_values),
-      cmocka_unit_test(test_vm_direct_allocation_spans_units),
+      cmocka_unit_test(test_vm_direct_allocation_one_physical_allocation),
       cmocka_unit_test(test_vm_pool_grows_in_place_and_gives_back),
       cmocka_unit_test(test_vm_pool_request_beyond_range_size),
       cmocka_unit_test(test_vm_out_of_device_memory),

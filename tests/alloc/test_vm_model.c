@@ -1,9 +1,10 @@
 /* VM allocators against the fake driver (tests/driver/fake_cuda.c), with two devices, on any
  * machine: the defaults and the checks that need the driver, the driver calls behind a direct
- * allocation and its free (one unit at a time, one access call, a synchronize before unmapping),
- * memsets across the units' mappings, out of memory and out of addresses leaving nothing behind,
- * peer access for what is mapped before and after it changes, and a pool over the allocator
- * growing in place and giving memory back. The fake keeps books and touches no memory; test_vm
+ * allocation and its free (one physical allocation of the size rounded to the granularity, one
+ * access call, a synchronize before unmapping), direct allocations beside a pool that maps whole
+ * units, out of memory and out of addresses leaving nothing behind, peer access for what is mapped
+ * before and after it changes, and a pool over the allocator growing in place, with memsets across
+ * its units' mappings, and giving memory back. The fake keeps books and touches no memory; test_vm
  * checks the bytes, on a GPU.
  *
  * `test_vm_model missing` runs with a driver that lacks two of the entry points. */
@@ -15,7 +16,8 @@
 #include "test_util.h"
 
 #define MiB ((size_t)1 << 20)
-#define UNIT (2 * MiB) /* the fake's granularity */
+#define GRANULARITY (2 * MiB)   /* the fake's */
+#define DEFAULT_UNIT (32 * MiB) /* the map unit of map_unit 0, the fake's granularity being smaller */
 
 enum {
   ACCESS_NONE = 0,       /* CU_MEM_ACCESS_FLAGS_PROT_NONE */
@@ -94,17 +96,25 @@ static gpumem_vm_info_t info_of(gpumem_allocator_t* a) {
 
 static void test_vm_model_defaults_and_checks(void** state) {
   (void)state;
+  /* 32 MiB by default, not the granularity: each physical allocation costs a driver call. */
   gpumem_allocator_t* a = create_vm(0, 0, 0);
   gpumem_vm_info_t info = info_of(a);
-  assert_int_equal(info.map_unit, UNIT);
+  assert_int_equal(info.map_unit, DEFAULT_UNIT);
   assert_int_equal(info.range_size, (size_t)1 << 30); /* the fake's memory, a multiple of the unit */
   assert_int_equal(info.reserved_bytes, 0);
   assert_int_equal(info.mapped_bytes, 0);
   assert_ok(gpumem_allocator_destroy(a));
 
-  a = create_vm(1, 64 * MiB, 4 * UNIT);
+  /* The finest unit is the granularity, given explicitly. */
+  a = create_vm(0, 64 * MiB, GRANULARITY);
   info = info_of(a);
-  assert_int_equal(info.map_unit, 4 * UNIT);
+  assert_int_equal(info.map_unit, GRANULARITY);
+  assert_int_equal(info.range_size, 64 * MiB);
+  assert_ok(gpumem_allocator_destroy(a));
+
+  a = create_vm(1, 64 * MiB, 4 * GRANULARITY);
+  info = info_of(a);
+  assert_int_equal(info.map_unit, 4 * GRANULARITY);
   assert_int_equal(info.range_size, 64 * MiB);
   int32_t device = -1;
   assert_ok(gpumem_allocator_get_device(a, &device));
@@ -114,9 +124,13 @@ static void test_vm_model_defaults_and_checks(void** state) {
   assert_create_refused(0, 0, MiB, GPUMEM_ERROR_INVALID_ARGUMENT,
                         "params->map_unit is 1,048,576 bytes, not a multiple of device 0's allocation granularity "
                         "(2,097,152 bytes)");
-  assert_create_refused(0, 3 * MiB, 0, GPUMEM_ERROR_INVALID_ARGUMENT,
+  assert_create_refused(0, 3 * MiB, GRANULARITY, GPUMEM_ERROR_INVALID_ARGUMENT,
                         "params->range_size is 3,145,728 bytes, not a multiple of the map unit (2,097,152 bytes)");
-  assert_create_refused(0, UNIT, 2 * UNIT, GPUMEM_ERROR_INVALID_ARGUMENT, "params->range_size is 2,097,152 bytes");
+  /* A range of whole granules is not enough with the default unit: it must be whole units of 32 MiB. */
+  assert_create_refused(0, 48 * MiB, 0, GPUMEM_ERROR_INVALID_ARGUMENT,
+                        "params->range_size is 50,331,648 bytes, not a multiple of the map unit (33,554,432 bytes)");
+  assert_create_refused(0, GRANULARITY, 2 * GRANULARITY, GPUMEM_ERROR_INVALID_ARGUMENT,
+                        "params->range_size is 2,097,152 bytes");
   assert_create_refused(2, 0, 0, GPUMEM_ERROR_INVALID_DEVICE, "device 2 does not exist (there are 2");
 
   setenv("FAKE_CUDA_ZERO_ATTRIBUTES", "102", 1);
@@ -127,52 +141,66 @@ static void test_vm_model_defaults_and_checks(void** state) {
   assert_fake_empty();
 }
 
+/* The range the driver gives for an address: its mapping's. */
+static void assert_pointer_range(const void* p, const void* base, size_t size) {
+  gpumem_pointer_info_t info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  assert_ok(gpumem_pointer_get_info(p, &info));
+  assert_int_equal(info.memory_type, GPUMEM_MEMORY_DEVICE);
+  assert_ptr_equal(info.base, base);
+  assert_int_equal(info.size, size);
+}
+
 static void test_vm_model_direct_allocation(void** state) {
   (void)state;
   gpumem_allocator_t* a = create_vm(0, 0, 0);
   const size_t n = 8 * MiB + 1;
-  const size_t maps = fake_calls("cuMemMap"), accesses = fake_calls("cuMemSetAccess");
+  const size_t mapped = 5 * GRANULARITY; /* rounded to the granularity, not to the 32 MiB unit */
+  const size_t creates = fake_calls("cuMemCreate"), maps = fake_calls("cuMemMap"),
+               accesses = fake_calls("cuMemSetAccess");
   char* p = NULL;
   assert_ok(gpumem_alloc(a, n, NULL, (void**)&p));
   assert_contexts_restored();
-  assert_int_equal((uintptr_t)p % UNIT, 0);
-  /* Five units, each mapped alone, and one access call for all of them. */
-  assert_int_equal(fake_calls("cuMemMap") - maps, 5);
+  assert_int_equal((uintptr_t)p % GRANULARITY, 0);
+  /* One physical allocation, mapped whole, and one access call. */
+  assert_int_equal(fake_calls("cuMemCreate") - creates, 1);
+  assert_int_equal(fake_calls("cuMemMap") - maps, 1);
   assert_int_equal(fake_calls("cuMemSetAccess") - accesses, 1);
-  assert_int_equal(fake_reserved(), 5 * UNIT);
-  assert_int_equal(fake_mapped(), 5 * UNIT);
-  assert_int_equal(fake_held(0), 5 * UNIT);
-  for (size_t k = 0; k < 5; k++) {
-    assert_int_equal(fake_access(p + k * UNIT, 0), ACCESS_READ_WRITE);
-    assert_int_equal(fake_access(p + k * UNIT, 1), ACCESS_NONE);
+  assert_pointer_range(p + mapped - 1, p, mapped);
+  assert_int_equal(fake_reserved(), mapped);
+  assert_int_equal(fake_mapped(), mapped);
+  assert_int_equal(fake_held(0), mapped);
+  for (size_t at = 0; at < mapped; at += GRANULARITY) {
+    assert_int_equal(fake_access(p + at, 0), ACCESS_READ_WRITE);
+    assert_int_equal(fake_access(p + at, 1), ACCESS_NONE);
   }
   gpumem_vm_info_t info = info_of(a);
-  assert_int_equal(info.reserved_bytes, 5 * UNIT);
-  assert_int_equal(info.mapped_bytes, 5 * UNIT);
+  assert_int_equal(info.reserved_bytes, mapped);
+  assert_int_equal(info.mapped_bytes, mapped);
   gpumem_allocator_stats_t stats = stats_of(a);
   assert_int_equal(stats.bytes_in_use, n);
   assert_int_equal(stats.bytes_reserved, n);
   assert_int_equal(stats.upstream_alloc_count, 1);
 
-  /* The driver describes one unit's mapping at a time: a memset runs on across them, to the end of
-   * what is mapped and no further. */
+  /* Memsets reach the end of what is mapped and no further. */
   assert_ok(gpumem_memset(p, 0xab, 1, n));
-  assert_ok(gpumem_memset(p + UNIT - 1, 0, 1, 2));
-  assert_ok(gpumem_memset(p + 2 * UNIT, 0x12345678, 4, 3 * UNIT / 4));
-  assert_ok(gpumem_memset(p, 0, 1, 5 * UNIT));
-  assert_status(gpumem_memset(p, 0, 1, 5 * UNIT + 1), GPUMEM_ERROR_INVALID_POINTER);
+  assert_ok(gpumem_memset(p + GRANULARITY - 1, 0, 1, 2));
+  assert_ok(gpumem_memset(p + 2 * GRANULARITY, 0x12345678, 4, 3 * GRANULARITY / 4));
+  assert_ok(gpumem_memset(p, 0, 1, mapped));
+  assert_status(gpumem_memset(p, 0, 1, mapped + 1), GPUMEM_ERROR_INVALID_POINTER);
   assert_detail_contains("dst range");
   assert_detail_contains("runs 1 byte past the end of its allocation (device memory on device 0 at");
   assert_detail_contains("10,485,760 bytes)");
-  assert_status(gpumem_memset(p + 3 * UNIT, 0, 1, 3 * UNIT), GPUMEM_ERROR_INVALID_POINTER);
+  assert_status(gpumem_memset(p + 3 * GRANULARITY, 0, 1, 3 * GRANULARITY), GPUMEM_ERROR_INVALID_POINTER);
   assert_detail_contains("runs 2,097,152 bytes past the end of its allocation");
   assert_contexts_restored();
 
-  /* A free waits for the device, then unmaps one unit at a time. */
+  /* A free waits for the device, then unmaps the one mapping. */
   const size_t synchronizes = fake_calls("cuCtxSynchronize"), unmaps = fake_calls("cuMemUnmap");
   assert_ok(gpumem_free(a, p, NULL));
   assert_int_equal(fake_calls("cuCtxSynchronize") - synchronizes, 1);
-  assert_int_equal(fake_calls("cuMemUnmap") - unmaps, 5);
+  assert_int_equal(fake_calls("cuMemUnmap") - unmaps, 1);
   assert_contexts_restored();
   assert_fake_empty();
   info = info_of(a);
@@ -186,23 +214,90 @@ static void test_vm_model_direct_allocation(void** state) {
   assert_ok(gpumem_allocator_destroy(a));
 }
 
+/* With the default unit, a direct allocation of 3 MiB + 1 maps 4 MiB in one physical allocation,
+ * while a pool over the same allocator maps and unmaps whole units of 32 MiB. */
+static void test_vm_model_direct_by_granularity_pool_by_unit(void** state) {
+  (void)state;
+  gpumem_allocator_t* vm = create_vm(0, 0, 0);
+  size_t creates = fake_calls("cuMemCreate"), maps = fake_calls("cuMemMap");
+  char* direct = NULL;
+  assert_ok(gpumem_alloc(vm, 3 * MiB + 1, NULL, (void**)&direct));
+  assert_int_equal(fake_calls("cuMemCreate") - creates, 1);
+  assert_int_equal(fake_calls("cuMemMap") - maps, 1);
+  assert_pointer_range(direct + 3 * MiB, direct, 4 * MiB);
+  assert_int_equal(fake_mapped(), 4 * MiB);
+  assert_int_equal(fake_held(0), 4 * MiB);
+  assert_int_equal(fake_reserved(), 4 * MiB);
+  gpumem_vm_info_t info = info_of(vm);
+  assert_int_equal(info.reserved_bytes, 4 * MiB);
+  assert_int_equal(info.mapped_bytes, 4 * MiB);
+
+  gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
+  params.upstream = vm;
+  gpumem_allocator_t* pool = NULL;
+  assert_ok(gpumem_pool_create(&params, &pool));
+  creates = fake_calls("cuMemCreate");
+  maps = fake_calls("cuMemMap");
+  char* small = NULL;
+  assert_ok(gpumem_alloc(pool, 1000, NULL, (void**)&small));
+  /* A whole unit for 1,000 bytes, in one physical allocation. */
+  assert_int_equal(fake_calls("cuMemCreate") - creates, 1);
+  assert_int_equal(fake_calls("cuMemMap") - maps, 1);
+  assert_int_equal(pool_info_of(pool).total_bytes, DEFAULT_UNIT);
+  assert_int_equal(fake_mapped(), 4 * MiB + DEFAULT_UNIT);
+  assert_int_equal(fake_held(0), 4 * MiB + DEFAULT_UNIT);
+  assert_pointer_range(small, small, DEFAULT_UNIT); /* the block starts the range */
+  info = info_of(vm);
+  assert_int_equal(info.mapped_bytes, 4 * MiB + DEFAULT_UNIT);
+  assert_int_equal(info.reserved_bytes, 4 * MiB + info.range_size);
+
+  /* 40 MiB next to it lacks one more unit, and maps just that. */
+  char* big = NULL;
+  assert_ok(gpumem_alloc(pool, 40 * MiB, NULL, (void**)&big));
+  assert_int_equal(fake_calls("cuMemCreate") - creates, 2);
+  assert_int_equal(fake_calls("cuMemMap") - maps, 2);
+  assert_int_equal(pool_info_of(pool).total_bytes, 2 * DEFAULT_UNIT);
+  assert_int_equal(fake_mapped(), 4 * MiB + 2 * DEFAULT_UNIT);
+  assert_ok(gpumem_memset(big, 0x22, 1, 40 * MiB));
+
+  /* Released: one unmap per unit; the direct allocation stays. */
+  assert_ok(gpumem_free(pool, small, NULL));
+  assert_ok(gpumem_free(pool, big, NULL));
+  const size_t unmaps = fake_calls("cuMemUnmap");
+  assert_ok(gpumem_pool_release(pool, NULL, GPUMEM_POOL_RELEASE_ALL_STREAMS));
+  assert_int_equal(fake_calls("cuMemUnmap") - unmaps, 2);
+  assert_int_equal(pool_info_of(pool).total_bytes, 0);
+  assert_int_equal(fake_mapped(), 4 * MiB);
+  assert_int_equal(fake_held(0), 4 * MiB);
+  assert_ok(gpumem_allocator_destroy(pool));
+
+  assert_ok(gpumem_free(vm, direct, NULL));
+  assert_fake_empty();
+  assert_contexts_restored();
+  assert_ok(gpumem_allocator_destroy(vm));
+}
+
 static void test_vm_model_out_of_memory_leaves_nothing(void** state) {
   (void)state;
   gpumem_allocator_t* a = create_vm(0, 0, 0);
   void* big = NULL;
   assert_ok(gpumem_alloc(a, 400 * MiB, NULL, &big));
-  /* The fake has 512 MiB: the next one runs out part of the way. */
+  /* The fake has 512 MiB free: a direct allocation of 200 MiB more is one physical allocation,
+   * refused whole. */
+  const size_t creates = fake_calls("cuMemCreate"), maps = fake_calls("cuMemMap");
   void* p = (void*)0x1;
   assert_status(gpumem_alloc(a, 200 * MiB, NULL, &p), GPUMEM_ERROR_OUT_OF_MEMORY);
   assert_null(p);
   assert_detail_contains(
       "out of memory mapping 209,715,200 bytes on device 0: the device has 117,440,512 of 1,073,741,824 bytes free "
-      "(cuMemCreate, in units of 2,097,152 bytes)");
+      "(cuMemCreate, in units of 209,715,200 bytes)");
+  assert_int_equal(fake_calls("cuMemCreate") - creates, 1);
+  assert_int_equal(fake_calls("cuMemMap") - maps, 0);
   assert_contexts_restored();
   assert_int_equal(fake_reserved(), 400 * MiB);
   assert_int_equal(fake_mapped(), 400 * MiB);
   assert_int_equal(fake_held(0), 400 * MiB);
-  const gpumem_vm_info_t info = info_of(a);
+  gpumem_vm_info_t info = info_of(a);
   assert_int_equal(info.reserved_bytes, 400 * MiB);
   assert_int_equal(info.mapped_bytes, 400 * MiB);
   const gpumem_allocator_stats_t stats = stats_of(a);
@@ -210,7 +305,34 @@ static void test_vm_model_out_of_memory_leaves_nothing(void** state) {
   assert_int_equal(stats.alloc_count, 1);
   assert_int_equal(stats.bytes_reserved, 400 * MiB);
 
-  /* What fits is still served. */
+  /* A pool's growth maps 32 MiB units: three fit in the 112 MiB left, the fourth runs out, and
+   * what the call had mapped is unmapped again. */
+  gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
+  params.upstream = a;
+  gpumem_allocator_t* pool = NULL;
+  assert_ok(gpumem_pool_create(&params, &pool));
+  p = (void*)0x1;
+  assert_status(gpumem_alloc(pool, 200 * MiB, NULL, &p), GPUMEM_ERROR_OUT_OF_MEMORY);
+  assert_null(p);
+  /* Seven units asked for; the free memory is told without the three the call had made. */
+  assert_detail_contains(
+      "out of memory mapping 234,881,024 bytes on device 0: the device has 117,440,512 of 1,073,741,824 bytes free "
+      "(cuMemCreate, in units of 33,554,432 bytes)");
+  assert_contexts_restored();
+  assert_int_equal(fake_mapped(), 400 * MiB);
+  assert_int_equal(fake_held(0), 400 * MiB);
+  info = info_of(a);
+  assert_int_equal(info.mapped_bytes, 400 * MiB);
+  assert_int_equal(pool_info_of(pool).total_bytes, 0);
+  assert_int_equal(stats_of(pool).oom_count, 1);
+  /* What fits is still served, in whole units. */
+  assert_ok(gpumem_alloc(pool, 50 * MiB, NULL, &p));
+  assert_int_equal(pool_info_of(pool).total_bytes, 2 * DEFAULT_UNIT);
+  assert_int_equal(fake_mapped(), 400 * MiB + 2 * DEFAULT_UNIT);
+  assert_ok(gpumem_free(pool, p, NULL));
+  assert_ok(gpumem_allocator_destroy(pool));
+  assert_int_equal(fake_mapped(), 400 * MiB);
+
   assert_ok(gpumem_alloc(a, 100 * MiB, NULL, &p));
   assert_ok(gpumem_free(a, p, NULL));
   assert_ok(gpumem_free(a, big, NULL));
@@ -226,12 +348,23 @@ static void test_vm_model_out_of_addresses(void** state) {
   assert_status(gpumem_alloc(a, (size_t)2 << 40, NULL, &p), GPUMEM_ERROR_OUT_OF_MEMORY);
   assert_null(p);
   assert_detail_contains("out of addresses reserving 2,199,023,255,552 bytes on device 0 (cuMemAddressReserve)");
+  /* Sizes round to the granularity, not to the 32 MiB unit: the largest that rounds without
+   * overflowing is refused for want of addresses, one byte more for overflowing. */
+  p = (void*)0x1;
+  assert_status(gpumem_alloc(a, SIZE_MAX - (GRANULARITY - 1), NULL, &p), GPUMEM_ERROR_OUT_OF_MEMORY);
+  assert_null(p);
+  assert_detail_contains("out of addresses reserving 18,446,744,073,707,454,464 bytes on device 0");
+  assert_status(gpumem_alloc(a, SIZE_MAX - (GRANULARITY - 2), NULL, &p), GPUMEM_ERROR_INVALID_ARGUMENT);
+  assert_detail_contains("overflows rounding to the device's granularity (2,097,152 bytes)");
   assert_status(gpumem_alloc(a, SIZE_MAX, NULL, &p), GPUMEM_ERROR_INVALID_ARGUMENT);
-  assert_detail_contains("overflows rounding to the map unit (2,097,152 bytes)");
+  assert_detail_contains(
+      "18,446,744,073,709,551,615 bytes overflows rounding to the device's granularity "
+      "(2,097,152 bytes)");
+  assert_null(p);
   assert_contexts_restored();
   assert_fake_empty();
   assert_int_equal(info_of(a).reserved_bytes, 0);
-  assert_int_equal(stats_of(a).oom_count, 1);
+  assert_int_equal(stats_of(a).oom_count, 2);
   assert_ok(gpumem_allocator_destroy(a));
 }
 
@@ -255,14 +388,14 @@ static void test_vm_model_peer_access_follows_mappings(void** state) {
   setenv("FAKE_CUDA_PEER_ACCESS", "1", 1);
   gpumem_allocator_t* a = create_vm(0, 0, 0);
   char* before = NULL;
-  assert_ok(gpumem_alloc(a, 3 * UNIT, NULL, (void**)&before));
+  assert_ok(gpumem_alloc(a, 3 * GRANULARITY, NULL, (void**)&before));
   assert_ok(gpumem_allocator_set_peer_access(a, 1, GPUMEM_PEER_ACCESS_READ_WRITE));
   assert_contexts_restored();
-  for (size_t k = 0; k < 3; k++) assert_int_equal(fake_access(before + k * UNIT, 1), ACCESS_READ_WRITE);
+  for (size_t k = 0; k < 3; k++) assert_int_equal(fake_access(before + k * GRANULARITY, 1), ACCESS_READ_WRITE);
   char* after = NULL;
-  assert_ok(gpumem_alloc(a, 2 * UNIT, NULL, (void**)&after));
+  assert_ok(gpumem_alloc(a, 2 * GRANULARITY, NULL, (void**)&after));
   assert_int_equal(fake_access(after, 1), ACCESS_READ_WRITE);
-  assert_int_equal(fake_access(after + UNIT, 1), ACCESS_READ_WRITE);
+  assert_int_equal(fake_access(after + GRANULARITY, 1), ACCESS_READ_WRITE);
   assert_int_equal(fake_access(after, 0), ACCESS_READ_WRITE);
   /* Enabling what is enabled asks the driver nothing. */
   const size_t accesses = fake_calls("cuMemSetAccess");
@@ -271,18 +404,18 @@ static void test_vm_model_peer_access_follows_mappings(void** state) {
 
   assert_ok(gpumem_allocator_set_peer_access(a, 1, GPUMEM_PEER_ACCESS_NONE));
   assert_int_equal(fake_access(before, 1), ACCESS_NONE);
-  assert_int_equal(fake_access(before + 2 * UNIT, 1), ACCESS_NONE);
-  assert_int_equal(fake_access(after + UNIT, 1), ACCESS_NONE);
+  assert_int_equal(fake_access(before + 2 * GRANULARITY, 1), ACCESS_NONE);
+  assert_int_equal(fake_access(after + GRANULARITY, 1), ACCESS_NONE);
   assert_int_equal(fake_access(after, 0), ACCESS_READ_WRITE);
   char* later = NULL;
-  assert_ok(gpumem_alloc(a, UNIT, NULL, (void**)&later));
+  assert_ok(gpumem_alloc(a, GRANULARITY, NULL, (void**)&later));
   assert_int_equal(fake_access(later, 1), ACCESS_NONE);
   assert_int_equal(fake_access(later, 0), ACCESS_READ_WRITE);
 
   /* Given again: to everything mapped, whenever it was mapped. */
   assert_ok(gpumem_allocator_set_peer_access(a, 1, GPUMEM_PEER_ACCESS_READ_WRITE));
-  assert_int_equal(fake_access(before + UNIT, 1), ACCESS_READ_WRITE);
-  assert_int_equal(fake_access(after + UNIT, 1), ACCESS_READ_WRITE);
+  assert_int_equal(fake_access(before + GRANULARITY, 1), ACCESS_READ_WRITE);
+  assert_int_equal(fake_access(after + GRANULARITY, 1), ACCESS_READ_WRITE);
   assert_int_equal(fake_access(later, 1), ACCESS_READ_WRITE);
   assert_contexts_restored();
 
@@ -318,7 +451,8 @@ static void assert_pool_holds_mapped(gpumem_allocator_t* pool, gpumem_allocator_
 static void test_vm_model_pool_grows_in_place(void** state) {
   (void)state;
   setenv("FAKE_CUDA_PEER_ACCESS", "1", 1);
-  gpumem_allocator_t* vm = create_vm(0, 64 * MiB, 0);
+  /* Units of the granularity, so that small blocks span several. */
+  gpumem_allocator_t* vm = create_vm(0, 64 * MiB, GRANULARITY);
   gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
   params.upstream = vm;
   gpumem_allocator_t* pool = NULL;
@@ -327,7 +461,7 @@ static void test_vm_model_pool_grows_in_place(void** state) {
   char* small = NULL;
   assert_ok(gpumem_alloc(pool, 1000, NULL, (void**)&small));
   assert_pool_holds_mapped(pool, vm);
-  assert_int_equal(fake_mapped(), UNIT);
+  assert_int_equal(fake_mapped(), GRANULARITY);
   assert_int_equal(fake_reserved(), 64 * MiB);
   /* Opened to the peer through the pool; what it maps later is opened too. */
   assert_ok(gpumem_allocator_set_peer_access(pool, 1, GPUMEM_PEER_ACCESS_READ_WRITE));
@@ -335,11 +469,18 @@ static void test_vm_model_pool_grows_in_place(void** state) {
   char* big = NULL;
   assert_ok(gpumem_alloc(pool, 5 * MiB, NULL, (void**)&big));
   assert_pool_holds_mapped(pool, vm);
-  assert_true(fake_mapped() >= 3 * UNIT);
-  assert_true(fake_mapped() <= 4 * UNIT);
+  assert_true(fake_mapped() >= 3 * GRANULARITY);
+  assert_true(fake_mapped() <= 4 * GRANULARITY);
   for (size_t at = 0; at < 5 * MiB; at += MiB) assert_int_equal(fake_access(big + at, 1), ACCESS_READ_WRITE);
-  /* A block across units is one region to a memset. */
+  /* The driver describes one unit's mapping at a time, but a block across units is one region to
+   * a memset, which runs on to the end of what is mapped and no further. */
+  assert_pointer_range(big + 5 * MiB - 1, (void*)((uintptr_t)(big + 5 * MiB - 1) & ~(GRANULARITY - 1)), GRANULARITY);
   assert_ok(gpumem_memset(big, 0x11, 1, 5 * MiB));
+  assert_ok(gpumem_memset(big + 3 * MiB, 0x12345678, 4, MiB / 2));
+  const size_t mapped = fake_mapped();
+  assert_ok(gpumem_memset(small, 0, 1, mapped));
+  assert_status(gpumem_memset(small, 0, 1, mapped + 1), GPUMEM_ERROR_INVALID_POINTER);
+  assert_detail_contains("runs 1 byte past the end of its allocation (device memory on device 0 at");
   assert_contexts_restored();
 
   /* Larger than one range: refused, naming it. */
@@ -360,9 +501,9 @@ static void test_vm_model_pool_grows_in_place(void** state) {
   assert_int_equal(fake_held(0), 0);
 
   /* And mapped again as it grows. */
-  assert_ok(gpumem_alloc(pool, 3 * UNIT, NULL, &p));
+  assert_ok(gpumem_alloc(pool, 3 * GRANULARITY, NULL, &p));
   assert_pool_holds_mapped(pool, vm);
-  assert_int_equal(fake_mapped(), 3 * UNIT);
+  assert_int_equal(fake_mapped(), 3 * GRANULARITY);
   assert_int_equal(fake_access(p, 1), ACCESS_READ_WRITE);
   assert_ok(gpumem_free(pool, p, NULL));
   assert_ok(gpumem_allocator_destroy(pool));
@@ -403,6 +544,7 @@ int main(int argc, char** argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_vm_model_defaults_and_checks),
       cmocka_unit_test(test_vm_model_direct_allocation),
+      cmocka_unit_test(test_vm_model_direct_by_granularity_pool_by_unit),
       cmocka_unit_test(test_vm_model_out_of_memory_leaves_nothing),
       cmocka_unit_test(test_vm_model_out_of_addresses),
       cmocka_unit_test(test_vm_model_peer_access_without_peer_path),

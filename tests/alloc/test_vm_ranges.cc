@@ -1,8 +1,9 @@
 // The VM allocator's address ranges (the interface a pool grows its segments through) against the
 // fake driver, with two devices that reach each other: reserve, map, unmap and unreserve as the
-// driver sees them, the statistics and info they change, the access of every unit after peer
-// access changes, the refusals of what a pool must never ask, and threads mapping and unmapping
-// while peer access changes. Links the library's objects: the ranges are not in the ABI.
+// driver sees them, one physical allocation per unit (of 32 MiB by default), the statistics and
+// info they change, the access of every unit after peer access changes, the refusals of what a
+// pool must never ask, and threads mapping and unmapping while peer access changes. Links the
+// library's objects: the ranges are not in the ABI.
 #include <dlfcn.h>
 
 #include <atomic>
@@ -25,7 +26,8 @@ using gpumem::alloc::VmAllocator;
 namespace {
 
 constexpr size_t kMiB = size_t(1) << 20;
-constexpr size_t kUnit = 2 * kMiB;  // the fake's granularity
+constexpr size_t kUnit = 2 * kMiB;          // the fake's granularity, the finest map unit
+constexpr size_t kDefaultUnit = 32 * kMiB;  // the map unit of map_unit 0
 constexpr int kNone = CU_MEM_ACCESS_FLAGS_PROT_NONE, kReadWrite = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
 
 void* fake_symbol(const char* name) {
@@ -47,9 +49,11 @@ size_t fake_calls(const char* name) {
   return reinterpret_cast<size_t (*)(const char*)>(fake_symbol("fake_cuda_vmm_calls"))(name);
 }
 
-std::unique_ptr<VmAllocator> make(uint64_t range_size) {
+// map_unit 0: the default.
+std::unique_ptr<VmAllocator> make(uint64_t range_size, uint64_t map_unit) {
   gpumem_vm_params_t params = GPUMEM_VM_PARAMS_INIT;
   params.range_size = range_size;
+  params.map_unit = map_unit;
   return std::unique_ptr<VmAllocator>(static_cast<VmAllocator*>(gpumem::alloc::make_vm(params)));
 }
 
@@ -73,7 +77,7 @@ bool units_have(uintptr_t p, size_t size, int device, int access) {
 
 void test_map_unmap_and_counts() {
   const char* test = "map_unmap_and_counts";
-  auto vm = make(64 * kMiB);
+  auto vm = make(64 * kMiB, kUnit);
   Ranges* r = vm->ranges();
   CHECK(r == static_cast<Ranges*>(vm.get()));
   CHECK(r->unit() == kUnit);
@@ -86,9 +90,11 @@ void test_map_unmap_and_counts() {
   CHECK(vm->info().reserved_bytes == 64 * kMiB);
   CHECK(vm->stats().reserved == 0);  // addresses are not memory
 
-  const size_t maps = fake_calls("cuMemMap"), accesses = fake_calls("cuMemSetAccess");
+  const size_t creates = fake_calls("cuMemCreate"), maps = fake_calls("cuMemMap"),
+               accesses = fake_calls("cuMemSetAccess");
   r->map(base, 3 * kUnit);
   r->map(base + 3 * kUnit, 2 * kUnit);
+  CHECK(fake_calls("cuMemCreate") - creates == 5);
   CHECK(fake_calls("cuMemMap") - maps == 5);
   CHECK(fake_calls("cuMemSetAccess") - accesses == 2);
   CHECK(fake_mapped() == 5 * kUnit);
@@ -144,13 +150,20 @@ void test_map_unmap_and_counts() {
   CHECK(status_of([&] { r->reserve(0); }) == GPUMEM_ERROR_INTERNAL);
   CHECK(status_of([&] { r->reserve(kUnit + 512); }) == GPUMEM_ERROR_INTERNAL);
   CHECK(status_of([&] { r->unreserve(base, 32 * kMiB); }) == GPUMEM_ERROR_INTERNAL);
-  void* direct = vm->allocate(kUnit, nullptr);
+  // A direct allocation is one physical allocation, unmapped whole; none of a pool's calls reach it.
+  const size_t direct_creates = fake_calls("cuMemCreate");
+  void* direct = vm->allocate(2 * kUnit, nullptr);
   const uintptr_t d = reinterpret_cast<uintptr_t>(direct);
+  CHECK(fake_calls("cuMemCreate") - direct_creates == 1);
   CHECK(status_of([&] { r->unmap(d, kUnit); }) == GPUMEM_ERROR_INTERNAL);
-  CHECK(status_of([&] { r->unreserve(d, kUnit); }) == GPUMEM_ERROR_INTERNAL);
+  CHECK(status_of([&] { r->unmap(d, 2 * kUnit); }) == GPUMEM_ERROR_INTERNAL);
+  CHECK(status_of([&] { r->unreserve(d, 2 * kUnit); }) == GPUMEM_ERROR_INTERNAL);
   // A direct allocation is opened to the peer like the rest.
   CHECK(fake_access(d, 1) == kReadWrite);
+  CHECK(fake_access(d + kUnit, 1) == kReadWrite);
+  const size_t direct_unmaps = fake_calls("cuMemUnmap");
   vm->deallocate(direct, nullptr);
+  CHECK(fake_calls("cuMemUnmap") - direct_unmaps == 1);
   CHECK(fake_mapped() == 5 * kUnit);
   CHECK(vm->stats().reserved == 5 * kUnit);
 
@@ -159,6 +172,7 @@ void test_map_unmap_and_counts() {
   CHECK(status_of([&] { r->map(big, 512 * kMiB); }, &detail) == GPUMEM_ERROR_OUT_OF_MEMORY);
   CHECK(detail.find("out of memory mapping 536,870,912 bytes on device 0: the device has 526,385,152 of") !=
         std::string::npos);
+  CHECK(detail.find("(cuMemCreate, in units of 2,097,152 bytes)") != std::string::npos);
   CHECK(fake_mapped() == 5 * kUnit);
   CHECK(vm->stats().reserved == 5 * kUnit);
   CHECK(vm->info().mapped_bytes == 5 * kUnit);
@@ -172,19 +186,72 @@ void test_map_unmap_and_counts() {
   CHECK(vm->info().reserved_bytes == 0);
   CHECK(vm->info().mapped_bytes == 0);
 
-  // What a pool leaves goes with the allocator.
+  // What a pool leaves goes with the allocator, and so do direct allocations, each unmapped whole.
   const uintptr_t left = r->reserve(8 * kMiB);
   r->map(left + kUnit, kUnit);
+  vm->allocate(3 * kMiB + 1, nullptr);
+  CHECK(fake_mapped() == kUnit + 4 * kMiB);
+  const size_t final_unmaps = fake_calls("cuMemUnmap");
   vm.reset();
+  CHECK(fake_calls("cuMemUnmap") - final_unmaps == 2);
   CHECK(fake_reserved() == 0);
   CHECK(fake_mapped() == 0);
+}
+
+// By default a pool maps 32 MiB at a time, each unit one physical allocation, and direct
+// allocations are still rounded to the granularity only.
+void test_default_unit() {
+  const char* test = "default_unit";
+  auto vm = make(0, 0);
+  Ranges* r = vm->ranges();
+  CHECK(r->unit() == kDefaultUnit);
+  CHECK(vm->info().map_unit == kDefaultUnit);
+  CHECK(r->range_size() == size_t(1) << 30);  // the fake's memory, whole units
+
+  const uintptr_t base = r->reserve(4 * kDefaultUnit);
+  CHECK(base % kDefaultUnit == 0);
+  const size_t creates = fake_calls("cuMemCreate"), maps = fake_calls("cuMemMap");
+  r->map(base + kDefaultUnit, 2 * kDefaultUnit);
+  CHECK(fake_calls("cuMemCreate") - creates == 2);
+  CHECK(fake_calls("cuMemMap") - maps == 2);
+  CHECK(fake_mapped() == 2 * kDefaultUnit);
+  CHECK(vm->stats().reserved == 2 * kDefaultUnit);
+  CHECK(vm->info().mapped_bytes == 2 * kDefaultUnit);
+
+  // Granules are not units: a pool must ask whole units.
+  std::string detail;
+  CHECK(status_of([&] { r->map(base, kUnit); }, &detail) == GPUMEM_ERROR_INTERNAL);
+  CHECK(detail.find("not whole units of 33,554,432 bytes") != std::string::npos);
+  CHECK(status_of([&] { r->map(base + kUnit, kDefaultUnit); }) == GPUMEM_ERROR_INTERNAL);
+  CHECK(status_of([&] { r->unmap(base + kDefaultUnit, kUnit); }) == GPUMEM_ERROR_INTERNAL);
+  CHECK(status_of([&] { r->reserve(kDefaultUnit + kUnit); }) == GPUMEM_ERROR_INTERNAL);
+
+  // 3 MiB + 1 direct: 4 MiB, one physical allocation, aligned to the granularity.
+  const size_t direct_creates = fake_calls("cuMemCreate");
+  void* direct = vm->allocate(3 * kMiB + 1, nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(direct) % kUnit == 0);
+  CHECK(fake_calls("cuMemCreate") - direct_creates == 1);
+  CHECK(fake_mapped() == 2 * kDefaultUnit + 4 * kMiB);
+  CHECK(vm->info().reserved_bytes == 4 * kDefaultUnit + 4 * kMiB);
+
+  // Unmapped a unit at a time.
+  const size_t unmaps = fake_calls("cuMemUnmap");
+  r->unmap(base + kDefaultUnit, 2 * kDefaultUnit);
+  CHECK(fake_calls("cuMemUnmap") - unmaps == 2);
+  CHECK(fake_mapped() == 4 * kMiB);
+  CHECK(vm->stats().reserved == 3 * kMiB + 1);  // the direct allocation, as asked
+  vm->deallocate(direct, nullptr);
+  CHECK(fake_calls("cuMemUnmap") - unmaps == 3);
+  r->unreserve(base, 4 * kDefaultUnit);
+  CHECK(fake_mapped() == 0);
+  CHECK(fake_reserved() == 0);
 }
 
 // Threads map and unmap units of their own ranges while another turns peer access on and off:
 // every unit mapped at the end has the access last set.
 void test_threads_with_peer_changes() {
   const char* test = "threads_with_peer_changes";
-  auto vm = make(32 * kMiB);
+  auto vm = make(32 * kMiB, kUnit);
   Ranges* r = vm->ranges();
   constexpr int kThreads = 4, kRounds = 300;
   std::vector<uintptr_t> bases;
@@ -250,6 +317,7 @@ int main() {
   setenv("FAKE_CUDA_PEER_ACCESS", "1", 1);
   try {
     test_map_unmap_and_counts();
+    test_default_unit();
     test_threads_with_peer_changes();
   } catch (const Error& e) {
     std::printf("unexpected error: %s\n", e.what());

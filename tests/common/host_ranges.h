@@ -6,6 +6,7 @@
 #define GPUMEM_TEST_HOST_RANGES_H
 
 #include <stdbool.h>
+#include <string.h>
 #include <sys/mman.h>
 
 struct host_ranges {
