@@ -109,8 +109,8 @@ bool mapping_at(uintptr_t p, Mapping& out) {
   return true;
 }
 
-// The driver describes memory mapped with cuMemMap one mapping at a time (a map unit of gpumem's
-// VM allocator), though a pool's block may span several. When the mapping that
+// The driver's range for memory mapped with cuMemMap may end at a mapping's end (a map unit of
+// gpumem's VM allocator), though a pool's block may span several. When the mapping that
 // holds start (ending at first_end) is such memory of `device`, this is where the run of such
 // mappings that follows it ends, looked for up to end; else first_end.
 uintptr_t end_of_mappings(uintptr_t start, uintptr_t first_end, uintptr_t end, int device) {
