@@ -38,23 +38,10 @@ const char* access_name(CUmemAccess_flags flags) {
   }
 }
 
-CUdevice cu_device(int device) {
-  CUdevice dev = 0;
-  driver::check(driver::api().cuDeviceGet(&dev, device), "cuDeviceGet");
-  return dev;
-}
-
-CUmemLocation device_location(int device) {
-  CUmemLocation location{};
-  location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  location.id = device;
-  return location;
-}
-
 // The caller's pool must be one the device reaches read-write: its own, or one opened to it.
 void require_usable(CUmemoryPool pool, int device) {
   CUmemAccess_flags flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
-  CUmemLocation location = device_location(device);
+  CUmemLocation location = driver::device_location(device);
   const CUresult r = driver::api().cuMemPoolGetAccess(&flags, pool, &location);
   if (r != CUDA_SUCCESS)
     driver::throw_result(
@@ -69,7 +56,7 @@ CUmemoryPool create_pool(int device, uint64_t max_size) {
   CUmemPoolProps props{};
   props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
   props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
-  props.location = device_location(device);
+  props.location = driver::device_location(device);
   props.maxSize = static_cast<size_t>(max_size);
   CUmemoryPool pool = nullptr;
   const CUresult r = driver::api().cuMemPoolCreate(&pool, &props);
@@ -198,9 +185,7 @@ void CudaPoolAllocator::set_peer_access(int peer_device, bool enable) {
          peer_device);
   driver::require_device(peer_device);
   const driver::Api& a = driver::api();
-  int can = 0;
-  driver::check(a.cuDeviceCanAccessPeer(&can, cu_device(peer_device), cu_device(device())), "cuDeviceCanAccessPeer");
-  if (!can) {
+  if (!driver::can_access_peer(peer_device, device())) {
     if (!enable) return;  // it has no access to take away
     fail(GPUMEM_ERROR_NOT_SUPPORTED,
          "device %d cannot reach device %d's memory (cuDeviceCanAccessPeer: no peer path between them), so the "
@@ -208,7 +193,7 @@ void CudaPoolAllocator::set_peer_access(int peer_device, bool enable) {
          peer_device, device(), static_cast<void*>(pool_));
   }
   CUmemAccessDesc desc{};
-  desc.location = device_location(peer_device);
+  desc.location = driver::device_location(peer_device);
   desc.flags = enable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
   driver::ContextScope scope(driver::primary_context(device()));
   const CUresult r = a.cuMemPoolSetAccess(pool_, &desc, 1);
@@ -244,7 +229,7 @@ Allocator* make_cuda_pool(const gpumem_cuda_pool_params_t& params) {
   const int device = params.device;
   driver::require_device(device);
   const driver::Api& a = driver::device_api();
-  const CUdevice dev = cu_device(device);
+  const CUdevice dev = driver::cu_device(device);
   int pools = 0;
   driver::check(a.cuDeviceGetAttribute(&pools, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, dev),
                 "cuDeviceGetAttribute(memory pools)");

@@ -10,22 +10,9 @@
 namespace gpumem::alloc {
 namespace {
 
-CUdevice cu_device(int device) {
-  CUdevice dev = 0;
-  driver::check(driver::api().cuDeviceGet(&dev, device), "cuDeviceGet");
-  return dev;
-}
-
-CUmemLocation device_location(int device) {
-  CUmemLocation location{};
-  location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  location.id = device;
-  return location;
-}
-
 CUmemAccessDesc access_of(int device, bool read_write) {
   CUmemAccessDesc desc{};
-  desc.location = device_location(device);
+  desc.location = driver::device_location(device);
   desc.flags = read_write ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
   return desc;
 }
@@ -44,7 +31,7 @@ void* pointer(uintptr_t p) { return reinterpret_cast<void*>(p); }
 VmAllocator::VmAllocator(int device, size_t unit, size_t granularity, size_t range_size)
     : RawAllocator(device, "vm"), unit_(unit), granularity_(granularity), range_size_(range_size) {
   prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop_.location = device_location(device);
+  prop_.location = driver::device_location(device);
 }
 
 VmAllocator::~VmAllocator() {
@@ -348,10 +335,7 @@ void VmAllocator::set_peer_access(int peer_device, bool enable) {
          "device %d is the vm allocator's own device, whose access is always read-write; pass another device",
          peer_device);
   driver::require_device(peer_device);
-  const driver::Api& a = driver::api();
-  int can = 0;
-  driver::check(a.cuDeviceCanAccessPeer(&can, cu_device(peer_device), cu_device(device())), "cuDeviceCanAccessPeer");
-  if (!can) {
+  if (!driver::can_access_peer(peer_device, device())) {
     if (!enable) return;  // it has no access to take away
     fail(GPUMEM_ERROR_NOT_SUPPORTED,
          "device %d cannot reach device %d's memory (cuDeviceCanAccessPeer: no peer path between them), so the vm "
@@ -507,7 +491,7 @@ Allocator* make_vm(const gpumem_vm_params_t& params) {
          "the CUDA driver lacks %s, which virtual memory management needs; use gpumem_allocator_create_device for a "
          "pool's upstream",
          missing.c_str());
-  const CUdevice dev = cu_device(device);
+  const CUdevice dev = driver::cu_device(device);
   int vmm = 0;
   driver::check(a.cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev),
                 "cuDeviceGetAttribute(virtual memory management supported)");
@@ -520,7 +504,7 @@ Allocator* make_vm(const gpumem_vm_params_t& params) {
   driver::ContextScope scope(driver::primary_context(device));
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location = device_location(device);
+  prop.location = driver::device_location(device);
   size_t granularity = 0;
   driver::check(a.cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
                 "cuMemGetAllocationGranularity");

@@ -4,6 +4,25 @@
 
 namespace gpumem::driver {
 
+CUdevice cu_device(int device) {
+  CUdevice dev = 0;
+  check(api().cuDeviceGet(&dev, device), "cuDeviceGet");
+  return dev;
+}
+
+CUmemLocation device_location(int device) {
+  CUmemLocation location{};
+  location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  location.id = device;
+  return location;
+}
+
+bool can_access_peer(int peer_device, int device) {
+  int can = 0;
+  check(api().cuDeviceCanAccessPeer(&can, cu_device(peer_device), cu_device(device)), "cuDeviceCanAccessPeer");
+  return can != 0;
+}
+
 int driver_version() {
   int version = 0;
   check(api().cuDriverGetVersion(&version), "cuDriverGetVersion");

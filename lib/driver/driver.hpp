@@ -28,6 +28,12 @@ int device_count();
 // Throws GPUMEM_ERROR_INVALID_DEVICE unless 0 <= device < device_count().
 void require_device(int device);
 
+// The driver's handle of a device ordinal, and the location of its memory for the cuMem calls.
+CUdevice cu_device(int device);
+CUmemLocation device_location(int device);
+// Whether peer_device's kernels and copies can reach device's memory (cuDeviceCanAccessPeer).
+bool can_access_peer(int peer_device, int device);
+
 // The device's primary context, retained on first use and kept for the life of the process.
 CUcontext primary_context(int device);
 
