@@ -82,7 +82,6 @@ def warm_up(torch, F):
 
 def child(run, cfg, steps, module):
     import torch
-    import torch.nn.functional as F
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import torch_memory_runs as runs
@@ -130,11 +129,7 @@ def child(run, cfg, steps, module):
     times = []
     for _ in range(steps):  # the step of torch_memory_runs.run, timed to its end on the GPU
         start = time.perf_counter()
-        x, target = make_batch()
-        loss = F.cross_entropy(model(x).flatten(0, -2) if x.dim() == 2 else model(x), target.flatten())
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        runs.train_step(model, opt, make_batch)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
 

@@ -80,6 +80,14 @@ def resnet_batch():
     return torch.randn(b, 3, s, s, device="cuda"), torch.randint(0, 1000, (b,), device="cuda")
 
 
+def train_step(model, opt, make_batch):
+    x, target = make_batch()
+    loss = F.cross_entropy(model(x).flatten(0, -2) if x.dim() == 2 else model(x), target.flatten())
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
 def run(name, model, make_batch, steps, out):
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
@@ -87,11 +95,7 @@ def run(name, model, make_batch, steps, out):
     model = model.cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     for _ in range(steps):
-        x, target = make_batch()
-        loss = F.cross_entropy(model(x).flatten(0, -2) if x.dim() == 2 else model(x), target.flatten())
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        train_step(model, opt, make_batch)
     torch.cuda.synchronize()
     path = os.path.join(out, f"{name}.pickle")
     torch.cuda.memory._dump_snapshot(path)
