@@ -70,9 +70,11 @@ class DriverPoller(threading.Thread):
         self.peak, self.samples = peak, samples
 
 
-def warm_up(torch, F):
+def warm_up(torch):
     """Loads what every configuration needs alike and keeps: cuBLAS and cuBLASLt (their handles and
     workspaces, for this thread and the autograd thread that runs backward) and cuDNN."""
+    import torch.nn.functional as F
+
     w = torch.ones(64, 64, device="cuda", requires_grad=True)
     F.linear(torch.ones(4, 64, device="cuda"), w, torch.ones(64, device="cuda")).sum().backward()
     k = torch.ones(8, 3, 3, 3, device="cuda", requires_grad=True)
@@ -104,7 +106,7 @@ def child(run, cfg, steps, module):
     torch.cuda.init()
     device = torch.cuda.current_device()
     print(f"# device {device}: {torch.cuda.get_device_name(device)}; torch {torch.__version__}", flush=True)
-    warm_up(torch, F)
+    warm_up(torch)
     free, total = torch.cuda.mem_get_info(device)
     baseline = total - free
     base_reserved = allocator_peaks()[0]  # no free memory has been given back yet: what it holds
