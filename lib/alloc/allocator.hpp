@@ -77,7 +77,9 @@ class Ranges {
   // Backs [p, p + size) with memory the allocator's device (and its peers) can reach. Throws
   // OUT_OF_MEMORY when the device has no more, having mapped nothing.
   virtual void map(uintptr_t p, size_t size) = 0;
-  virtual void unmap(uintptr_t p, size_t size) = 0;
+  // Sets unmapped to the bytes from p that are unmapped: size, or on a failure, which it throws,
+  // what went before the failure (a whole number of units).
+  virtual void unmap(uintptr_t p, size_t size, size_t& unmapped) = 0;
 
  protected:
   ~Ranges() = default;

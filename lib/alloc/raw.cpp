@@ -236,8 +236,10 @@ class FunctionsAllocator final : public RawAllocator, public Ranges {
     std::lock_guard<SpinLock> lock(mutex_);
     stats_.on_reserve(size);
   }
-  void unmap(uintptr_t p, size_t size) override {
+  void unmap(uintptr_t p, size_t size, size_t& unmapped) override {
+    unmapped = 0;  // the caller's unmap does all or nothing
     call(f_.unmap, "unmap", p, size);
+    unmapped = size;
     std::lock_guard<SpinLock> lock(mutex_);
     stats_.on_unreserve(size);
   }

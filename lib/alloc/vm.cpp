@@ -174,7 +174,8 @@ void VmAllocator::map_memory(uintptr_t p, size_t size, uintptr_t range, bool cou
   }
 }
 
-void VmAllocator::unmap_memory(uintptr_t p, size_t size, bool counted, size_t piece) {
+void VmAllocator::unmap_memory(uintptr_t p, size_t size, bool counted, size_t piece, size_t* unmapped) {
+  if (unmapped) *unmapped = 0;
   uintptr_t range;
   {
     std::lock_guard<SpinLock> lock(mutex_);
@@ -209,8 +210,10 @@ void VmAllocator::unmap_memory(uintptr_t p, size_t size, bool counted, size_t pi
       if (counted && done) stats_.on_unreserve(done);
     } catch (...) {
     }
+    if (unmapped) *unmapped = done;
     throw;
   }
+  if (unmapped) *unmapped = size;
   if (counted) {
     std::lock_guard<SpinLock> lock(mutex_);
     stats_.on_unreserve(size);
@@ -292,7 +295,8 @@ void VmAllocator::map(uintptr_t p, size_t size) {
   map_memory(p, size, range, true, unit_);
 }
 
-void VmAllocator::unmap(uintptr_t p, size_t size) {
+void VmAllocator::unmap(uintptr_t p, size_t size, size_t& unmapped) {
+  unmapped = 0;
   {
     std::lock_guard<SpinLock> lock(mutex_);
     const auto* r = (size == 0 || p % unit_ || size % unit_) ? nullptr : reservation_holding(p, size);
@@ -302,7 +306,7 @@ void VmAllocator::unmap(uintptr_t p, size_t size) {
            "pool",
            bytes(size).c_str(), pointer(p), bytes(unit_).c_str(), device());
   }
-  unmap_memory(p, size, true, unit_);
+  unmap_memory(p, size, true, unit_, &unmapped);
 }
 
 // ---- Peer access ------------------------------------------------------------------------------

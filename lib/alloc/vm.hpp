@@ -30,7 +30,7 @@ class VmAllocator final : public RawAllocator, public Ranges {
   uintptr_t reserve(size_t size) override;
   void unreserve(uintptr_t base, size_t size) override;
   void map(uintptr_t p, size_t size) override;
-  void unmap(uintptr_t p, size_t size) override;
+  void unmap(uintptr_t p, size_t size, size_t& unmapped) override;
 
   gpumem_vm_info_t info();
 
@@ -57,7 +57,8 @@ class VmAllocator final : public RawAllocator, public Ranges {
   // piece: the bytes of each physical allocation, mapped and unmapped whole: the unit for a
   // pool's ranges, the whole allocation for a direct one.
   void map_memory(uintptr_t p, size_t size, uintptr_t range, bool counted, size_t piece);
-  void unmap_memory(uintptr_t p, size_t size, bool counted, size_t piece);
+  // unmapped, if not NULL, is set to the bytes from p unmapped, also when it throws.
+  void unmap_memory(uintptr_t p, size_t size, bool counted, size_t piece, size_t* unmapped = nullptr);
   // Unmaps units this allocator mapped and nothing has used yet; ignores failures.
   void undo_map(uintptr_t p, size_t size, size_t piece) noexcept;
   [[noreturn]] void fail_mapping(CUresult result, const char* call, size_t size, size_t piece);

@@ -112,14 +112,23 @@ bool Pool::place(Arena& arena, size_t rounded, Placement& out) const {
       }
       return bytes;
     };
-    // At the run's start, or at its end (when the free memory lies there); the least to map wins.
-    for (const uintptr_t start : {first->ptr, run_end - rounded}) {
+    // The least to map lies where the request begins or ends at the run's edge or at a free
+    // chunk's: each of those, the lowest winning a tie.
+    const auto consider = [&](uintptr_t start) {
+      start = std::clamp(start, first->ptr, run_end - rounded);
       const uint64_t bytes = to_map(start);
-      if (!found || bytes < out.to_map) {
+      if (!found || bytes < out.to_map || (bytes == out.to_map && start < out.start)) {
         found = true;
         out = Placement{first, start, bytes};
       }
-    }
+    };
+    consider(first->ptr);
+    consider(run_end - rounded);
+    for (const Chunk* c = first; c != last->next; c = c->next)
+      if (!c->hole) {
+        consider(c->ptr);
+        consider(c->ptr + c->size >= rounded ? c->ptr + c->size - rounded : 0);
+      }
   }
   return found;
 }
@@ -180,15 +189,25 @@ void Pool::reserve_range(Arena& arena) {
     delete_chunk(arena, c);
     throw;
   }
-  {
+  try {
     std::lock_guard<SpinLock> lock(mutex_);
-    addresses_ += size;
     std::lock_guard<SpinLock> own(arena.lock);
+    // Room is made here, under the lock the emplace is made under: other threads' splits may
+    // have taken what was made with the chunk.
+    arena.chunks.reserve(arena.chunks.size() + 1);
     c->ptr = base;
     c->size = size;
     c->hole = true;
-    arena.chunks.emplace(base, c);  // room was reserved with the chunk
+    arena.chunks.emplace(base, c);
     insert_hole(arena, c);
+    addresses_ += size;
+  } catch (...) {
+    {
+      std::lock_guard<SpinLock> lock(arena.lock);
+      delete_chunk(arena, c);
+    }
+    ranges_->unreserve(base, size);
+    throw;
   }
 }
 
@@ -208,6 +227,11 @@ void* Pool::grow_in_place(Arena& arena, size_t size, size_t rounded, gpumem_stre
         growing_ += at.to_map;
         break;
       }
+      // A new range would not be mapped beyond the limit either: no addresses are reserved for it.
+      if (limit_ && stats_.reserved + growing_ + align_up(rounded, ranges_->unit()) > limit_) {
+        over_limit = true;
+        return nullptr;
+      }
     }
     // No run can hold it: a new range, which can (the request is no larger than one). Another
     // thread on the stream may take it first; then this one looks again.
@@ -215,7 +239,8 @@ void* Pool::grow_in_place(Arena& arena, size_t size, size_t rounded, gpumem_stre
   }
   // Outside the locks: map the holes' parts, in address order. Parts mapped before a failure stay
   // mapped, as free memory.
-  if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE))
+  // Nothing to map (another thread's free made room meanwhile): no upstream call to tell of.
+  if (at.to_map && hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE))
     run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE, at.to_map, at.to_map, nullptr, stream, GPUMEM_SUCCESS);
   uint64_t mapped_bytes = 0;
   void* first_mapped = nullptr;
@@ -233,7 +258,7 @@ void* Pool::grow_in_place(Arena& arena, size_t size, size_t rounded, gpumem_stre
       failure = std::current_exception();
     }
   }
-  if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_POST)) {
+  if (at.to_map && hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_POST)) {
     gpumem_status_t st = GPUMEM_SUCCESS;
     if (failure) {
       try {
@@ -266,7 +291,9 @@ void* Pool::grow_in_place(Arena& arena, size_t size, size_t rounded, gpumem_stre
 
 void Pool::unmap_free(Arena& arena) {
   const size_t unit = ranges_->unit();
-  std::vector<Chunk*> parts;  // in transit: the whole units inside free chunks
+  std::vector<Chunk*> parts;     // in transit: the whole units inside free chunks
+  std::vector<size_t> unmapped;  // of each part, the bytes from its start that the upstream unmapped
+  std::vector<Chunk*> fresh;     // one for each part, to split it where an unmap stopped
   {
     std::lock_guard<SpinLock> lock(arena.lock);
     std::vector<Chunk*> candidates;
@@ -276,7 +303,8 @@ void Pool::unmap_free(Arena& arena) {
         for (Chunk* c = arena.heads[(w << 6) + __builtin_ctzll(bits)]; c; c = c->free_next)
           if (align_up(c->ptr, unit) < align_down(c->ptr + c->size, unit)) candidates.push_back(c);
     parts.reserve(candidates.size());
-    std::vector<Chunk*> fresh = fresh_chunks(arena, 2 * candidates.size());
+    unmapped.resize(candidates.size());
+    fresh = fresh_chunks(arena, 3 * candidates.size());
     for (Chunk* c : candidates) {
       const uintptr_t lo = align_up(c->ptr, unit), hi = align_down(c->ptr + c->size, unit);
       remove_free(arena, c);
@@ -294,32 +322,59 @@ void Pool::unmap_free(Arena& arena) {
       middle->in_use = middle->pending = true;  // in transit
       parts.push_back(middle);
     }
-    for (Chunk* c : fresh) delete_chunk(arena, c);
   }
   // Outside the locks.
   std::exception_ptr first;
   uint64_t unmapped_bytes = 0, unmaps = 0;
-  for (Chunk* c : parts) {
+  for (size_t i = 0; i < parts.size(); ++i) {
+    Chunk* c = parts[i];
     try {
-      ranges_->unmap(c->ptr, c->size);
-      record(trace::Event::kUpstreamFree, c->size, c->size, reinterpret_cast<void*>(c->ptr), arena.stream);
-      c->hole = true;  // in transit, so no other thread reads it
-      unmapped_bytes += c->size;
-      ++unmaps;
+      ranges_->unmap(c->ptr, c->size, unmapped[i]);
     } catch (...) {
-      if (!first) first = std::current_exception();  // still mapped: cached again below
+      if (!first) first = std::current_exception();  // what is still mapped is cached again below
     }
+    if (unmapped[i]) {
+      record(trace::Event::kUpstreamFree, unmapped[i], unmapped[i], reinterpret_cast<void*>(c->ptr), arena.stream);
+      unmapped_bytes += unmapped[i];
+      ++unmaps;
+    }
+  }
+  uint64_t lost = 0;  // still mapped, but listed as unmapped: see below
+  {
+    std::lock_guard<SpinLock> lock(arena.lock);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      Chunk* c = parts[i];
+      const size_t done = unmapped[i];
+      if (done == 0 || done == c->size) {
+        settle_chunk(arena, c, done != 0);
+        continue;
+      }
+      // Unmapped up to where the upstream stopped; mapped and free from there.
+      try {
+        arena.chunks.reserve(arena.chunks.size() + 1);
+      } catch (...) {
+        // No host memory to list the mapped rest: it is taken as unmapped, never handed out.
+        // The upstream still has it mapped, refuses to map it again, and unmaps it with its range.
+        lost += c->size - done;
+        settle_chunk(arena, c, true);
+        continue;
+      }
+      Chunk* rest = split(arena, c, done, fresh.back());
+      fresh.pop_back();
+      settle_chunk(arena, c, true);
+      settle_chunk(arena, rest, false);
+    }
+    for (Chunk* c : fresh) delete_chunk(arena, c);
   }
   {
     std::lock_guard<SpinLock> lock(mutex_);
-    stats_.reserved -= unmapped_bytes;
+    stats_.reserved -= unmapped_bytes + lost;
     stats_.upstream_frees += unmaps;
   }
   // Ranges with nothing mapped any more go back whole.
   std::vector<Block> empty;
   {
     std::lock_guard<SpinLock> lock(arena.lock);
-    for (Chunk* c : parts) settle_chunk(arena, c, c->hole);
     for (Chunk* h = arena.holes; h; h = h->free_next)
       if (!h->prev && !h->next) empty.push_back(Block{h->ptr, h->size, &arena});
     for (const Block& b : empty) {
@@ -337,16 +392,25 @@ void Pool::unmap_free(Arena& arena) {
     } catch (...) {
       if (!first) first = std::current_exception();
       // Still the pool's: listed again, so that a later release tries again.
-      std::lock_guard<SpinLock> lock(arena.lock);
-      try {
-        Chunk* h = fresh_chunks(arena, 1).front();
-        h->ptr = b.ptr;
-        h->size = b.size;
-        h->hole = true;
-        arena.chunks.emplace(h->ptr, h);
-        insert_hole(arena, h);
-      } catch (...) {
-        // No host memory to list it: the addresses stay reserved, unused, for the process's life.
+      bool listed = true;
+      {
+        std::lock_guard<SpinLock> lock(arena.lock);
+        try {
+          Chunk* h = fresh_chunks(arena, 1).front();
+          h->ptr = b.ptr;
+          h->size = b.size;
+          h->hole = true;
+          arena.chunks.emplace(h->ptr, h);
+          insert_hole(arena, h);
+        } catch (...) {
+          listed = false;
+        }
+      }
+      if (!listed) {
+        // No host memory to list it: the addresses stay reserved, unused, for the process's life,
+        // and are no longer the pool's.
+        std::lock_guard<SpinLock> lock(mutex_);
+        addresses_ -= b.size;
       }
     }
   }

@@ -987,6 +987,7 @@ void Pool::check_invariants() {
       if (bit != (arena->heads[cls] != nullptr)) broken("a class's bitmap bit disagrees with its list");
       for (Chunk* c = arena->heads[cls]; c; c = c->free_next) {
         if (c->in_use) broken("a chunk in a free list is in use");
+        if (c->hole) broken("a hole is in a free list");
         if (c->arena != arena.get()) broken("a free chunk is listed in another arena");
         if (size_class(c->size) != cls) broken("a free chunk is in the wrong class");
         if (c->free_next && c->free_next->free_prev != c) broken("a free list's back link is wrong");

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "alloc/vm.hpp"
+#include "pool/pool.hpp"
 #include "test_check.hpp"
 
 using gpumem::Error;
@@ -24,6 +25,12 @@ using gpumem::alloc::Ranges;
 using gpumem::alloc::VmAllocator;
 
 namespace {
+
+// Ranges::unmap, for calls that unmap all or throw.
+void unmap_all(Ranges* r, uintptr_t p, size_t size) {
+  size_t unmapped = 0;
+  r->unmap(p, size, unmapped);
+}
 
 constexpr size_t kMiB = size_t(1) << 20;
 constexpr size_t kUnit = 2 * kMiB;          // the fake's granularity, the finest map unit
@@ -114,7 +121,7 @@ void test_map_unmap_and_counts() {
 
   // Unmapping the middle waits for the device and unmaps unit by unit, leaving two spans.
   const size_t synchronizes = fake_calls("cuCtxSynchronize"), unmaps = fake_calls("cuMemUnmap");
-  r->unmap(base + kUnit, 2 * kUnit);
+  unmap_all(r, base + kUnit, 2 * kUnit);
   CHECK(fake_calls("cuCtxSynchronize") - synchronizes == 1);
   CHECK(fake_calls("cuMemUnmap") - unmaps == 2);
   CHECK(fake_mapped() == 3 * kUnit);
@@ -145,8 +152,8 @@ void test_map_unmap_and_counts() {
   CHECK(status_of([&] { r->map(base + 5 * kUnit, kUnit + 512); }) == GPUMEM_ERROR_INTERNAL);
   CHECK(status_of([&] { r->map(base + 63 * kUnit / 2, 2 * kUnit); }) == GPUMEM_ERROR_INTERNAL);
   CHECK(status_of([&] { r->map(base + 31 * kUnit, 2 * kUnit); }) == GPUMEM_ERROR_INTERNAL);  // past the end
-  CHECK(status_of([&] { r->unmap(base + 5 * kUnit, kUnit); }) == GPUMEM_ERROR_INTERNAL);
-  CHECK(status_of([&] { r->unmap(base + 4 * kUnit, 2 * kUnit); }) == GPUMEM_ERROR_INTERNAL);
+  CHECK(status_of([&] { unmap_all(r, base + 5 * kUnit, kUnit); }) == GPUMEM_ERROR_INTERNAL);
+  CHECK(status_of([&] { unmap_all(r, base + 4 * kUnit, 2 * kUnit); }) == GPUMEM_ERROR_INTERNAL);
   CHECK(status_of([&] { r->reserve(0); }) == GPUMEM_ERROR_INTERNAL);
   CHECK(status_of([&] { r->reserve(kUnit + 512); }) == GPUMEM_ERROR_INTERNAL);
   CHECK(status_of([&] { r->unreserve(base, 32 * kMiB); }) == GPUMEM_ERROR_INTERNAL);
@@ -155,8 +162,8 @@ void test_map_unmap_and_counts() {
   void* direct = vm->allocate(2 * kUnit, nullptr);
   const uintptr_t d = reinterpret_cast<uintptr_t>(direct);
   CHECK(fake_calls("cuMemCreate") - direct_creates == 1);
-  CHECK(status_of([&] { r->unmap(d, kUnit); }) == GPUMEM_ERROR_INTERNAL);
-  CHECK(status_of([&] { r->unmap(d, 2 * kUnit); }) == GPUMEM_ERROR_INTERNAL);
+  CHECK(status_of([&] { unmap_all(r, d, kUnit); }) == GPUMEM_ERROR_INTERNAL);
+  CHECK(status_of([&] { unmap_all(r, d, 2 * kUnit); }) == GPUMEM_ERROR_INTERNAL);
   CHECK(status_of([&] { r->unreserve(d, 2 * kUnit); }) == GPUMEM_ERROR_INTERNAL);
   // A direct allocation is opened to the peer like the rest.
   CHECK(fake_access(d, 1) == kReadWrite);
@@ -223,7 +230,7 @@ void test_default_unit() {
   CHECK(status_of([&] { r->map(base, kUnit); }, &detail) == GPUMEM_ERROR_INTERNAL);
   CHECK(detail.find("not whole units of 33,554,432 bytes") != std::string::npos);
   CHECK(status_of([&] { r->map(base + kUnit, kDefaultUnit); }) == GPUMEM_ERROR_INTERNAL);
-  CHECK(status_of([&] { r->unmap(base + kDefaultUnit, kUnit); }) == GPUMEM_ERROR_INTERNAL);
+  CHECK(status_of([&] { unmap_all(r, base + kDefaultUnit, kUnit); }) == GPUMEM_ERROR_INTERNAL);
   CHECK(status_of([&] { r->reserve(kDefaultUnit + kUnit); }) == GPUMEM_ERROR_INTERNAL);
 
   // 3 MiB + 1 direct: 4 MiB, one physical allocation, aligned to the granularity.
@@ -236,7 +243,7 @@ void test_default_unit() {
 
   // Unmapped a unit at a time.
   const size_t unmaps = fake_calls("cuMemUnmap");
-  r->unmap(base + kDefaultUnit, 2 * kDefaultUnit);
+  unmap_all(r, base + kDefaultUnit, 2 * kDefaultUnit);
   CHECK(fake_calls("cuMemUnmap") - unmaps == 2);
   CHECK(fake_mapped() == 4 * kMiB);
   CHECK(vm->stats().reserved == 3 * kMiB + 1);  // the direct allocation, as asked
@@ -268,7 +275,7 @@ void test_threads_with_peer_changes() {
         const size_t k = (x >> 16) % 16;
         try {
           if (mapped[k]) {
-            r->unmap(bases[t] + k * kUnit, kUnit);
+            unmap_all(r, bases[t] + k * kUnit, kUnit);
           } else {
             r->map(bases[t] + k * kUnit, kUnit);
           }
@@ -311,6 +318,39 @@ void test_threads_with_peer_changes() {
   CHECK(fake_reserved() == 0);
 }
 
+// An unmap that stops part way: the pool lists what was unmapped as unmapped and the rest as
+// free and mapped, so that nothing unmapped is handed out, and a later release unmaps the rest.
+void test_pool_after_partial_unmap() {
+  const char* test = "pool_after_partial_unmap";
+  auto vm = make(0, kUnit);
+  {
+    gpumem::pool::Pool pool(vm.get(), 0);
+    void* big = pool.allocate(20 * kMiB, nullptr);
+    void* small = pool.allocate(2 * kMiB, nullptr);
+    pool.deallocate(big, nullptr);
+    const auto fail_unmap_after = reinterpret_cast<void (*)(int, int)>(fake_symbol("fake_cuda_fail_unmap_after"));
+    fail_unmap_after(3, CUDA_ERROR_UNKNOWN);  // the 4th of big's 10 units
+    CHECK(status_of([&] { pool.release(nullptr, true); }) == GPUMEM_ERROR_DRIVER);
+    // Three units unmapped; the pool holds what is mapped, and checks out.
+    CHECK(pool.info().total == fake_mapped());
+    CHECK(pool.info().total == 22 * kMiB - 3 * kUnit);
+    CHECK(status_of([&] { pool.check_invariants(); }) == GPUMEM_SUCCESS);
+    // The same addresses again: mapped wherever the pool hands them out.
+    void* again = pool.allocate(20 * kMiB, nullptr);
+    CHECK(again == big);
+    CHECK(units_have(reinterpret_cast<uintptr_t>(again), 20 * kMiB, 0, kReadWrite));
+    pool.deallocate(again, nullptr);
+    // The rest unmaps at the next release.
+    CHECK(status_of([&] { pool.release(nullptr, true); }) == GPUMEM_SUCCESS);
+    CHECK(pool.info().total == 2 * kMiB);
+    CHECK(fake_mapped() == 2 * kMiB);
+    CHECK(status_of([&] { pool.check_invariants(); }) == GPUMEM_SUCCESS);
+    pool.deallocate(small, nullptr);
+  }
+  CHECK(fake_mapped() == 0);
+  CHECK(fake_reserved() == 0);
+}
+
 }  // namespace
 
 int main() {
@@ -319,6 +359,7 @@ int main() {
     test_map_unmap_and_counts();
     test_default_unit();
     test_threads_with_peer_changes();
+    test_pool_after_partial_unmap();
   } catch (const Error& e) {
     std::printf("unexpected error: %s\n", e.what());
     return 1;

@@ -649,12 +649,20 @@ static CUresult CUDAAPI fake_cuMemMap(CUdeviceptr ptr, size_t size, size_t offse
   return r;
 }
 /* Whole mappings that make up [ptr, ptr + size) without a gap. */
+/* Injected cuMemUnmap failures: after unmap_fail_skip more calls, one returns unmap_fail_code. */
+static int unmap_fail_skip = -1;
+static CUresult unmap_fail_code;
+
 static CUresult CUDAAPI fake_cuMemUnmap(CUdeviceptr ptr, size_t size) {
   REQUIRE_INIT();
   const uintptr_t p = (uintptr_t)ptr;
   CUresult r = CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&vmm_mutex);
   ++unmap_calls;
+  if (unmap_fail_skip >= 0 && unmap_fail_skip-- == 0) {
+    pthread_mutex_unlock(&vmm_mutex);
+    return unmap_fail_code;
+  }
   size_t first = 0;
   while (first < vmm_mapping_count && vmm_mappings[first].start < p) ++first;
   size_t last = first;
@@ -1114,6 +1122,7 @@ size_t fake_cuda_vmm_mapped_bytes(void);
 size_t fake_cuda_vmm_held_bytes(int device);
 int fake_cuda_vmm_access(const void* p, int device);
 size_t fake_cuda_vmm_calls(const char* name);
+void fake_cuda_fail_unmap_after(int skip, int code);
 
 /* How many contexts gpumem left pushed on the calling thread: 0 after every call returns. */
 int fake_cuda_context_depth(void) {
@@ -1210,6 +1219,14 @@ size_t fake_cuda_vmm_held_bytes(int device) {
   return n;
 }
 /* The access (a CUmemAccess_flags) a device has to the mapping holding p; -1 where nothing is mapped. */
+/* The cuMemUnmap call after skip more fails with code. */
+void fake_cuda_fail_unmap_after(int skip, int code) {
+  pthread_mutex_lock(&vmm_mutex);
+  unmap_fail_skip = skip;
+  unmap_fail_code = (CUresult)code;
+  pthread_mutex_unlock(&vmm_mutex);
+}
+
 int fake_cuda_vmm_access(const void* p, int device) {
   pthread_mutex_lock(&vmm_mutex);
   const struct vmm_mapping* m = vmm_mapping_holding((uintptr_t)p);

@@ -46,6 +46,14 @@ static gpumem_pool_info_t info_of(gpumem_allocator_t* pool) {
   return i;
 }
 
+static uint64_t stats_retries(gpumem_allocator_t* pool) {
+  gpumem_allocator_stats_t s;
+  memset(&s, 0, sizeof s);
+  s.struct_size = sizeof s;
+  assert_ok(gpumem_allocator_get_stats(pool, &s));
+  return s.retry_count;
+}
+
 static void fill(void* p, size_t size, unsigned char seed) {
   unsigned char* b = p;
   for (size_t i = 0; i < size; ++i) b[i] = (unsigned char)(seed + i * 7);
@@ -209,6 +217,30 @@ static void test_pool_ranges_limit_reuses_fragments(void** state) {
   assert_ok(gpumem_allocator_destroy(host));
 }
 
+/* Free memory between unmapped addresses: a larger request maps only what it lacks next to it. */
+static void test_pool_ranges_grows_next_to_free_memory_between_holes(void** state) {
+  (void)state;
+  struct ranges_fixture* f = make(0);
+  void* a = alloc_ok(f->pool, 10 * UNIT, NULL);
+  assert_ok(gpumem_free(f->pool, a, NULL));
+  a = alloc_ok(f->pool, 4 * UNIT, NULL);
+  void* b = alloc_ok(f->pool, 4 * UNIT, NULL);
+  assert_ok(gpumem_free(f->pool, a, NULL));
+  assert_ok(gpumem_pool_release(f->pool, NULL, GPUMEM_POOL_RELEASE_ALL_STREAMS));
+  assert_int_equal(info_of(f->pool).total_bytes, 4 * UNIT); /* b alone, between holes */
+  assert_ok(gpumem_free(f->pool, b, NULL));
+  assert_ok(gpumem_pool_set_limit(f->pool, 6 * UNIT));
+  const uint64_t retries = stats_retries(f->pool);
+  void* c = alloc_ok(f->pool, 5 * UNIT, NULL);
+  fill(c, 5 * UNIT, 16);
+  /* One unit mapped beside b's four, within the limit, without giving anything back first. */
+  assert_true(c == b || c == (char*)b - UNIT);
+  assert_int_equal(info_of(f->pool).total_bytes, 5 * UNIT);
+  assert_int_equal(stats_retries(f->pool), retries);
+  assert_ok(gpumem_free(f->pool, c, NULL));
+  destroy(f);
+}
+
 static void test_pool_ranges_request_beyond_a_range(void** state) {
   (void)state;
   struct ranges_fixture* f = make(0);
@@ -339,6 +371,7 @@ int main(void) {
       cmocka_unit_test(test_pool_ranges_larger_request_maps_only_what_it_lacks),
       cmocka_unit_test(test_pool_ranges_release_unmaps_whole_units),
       cmocka_unit_test(test_pool_ranges_limit_reuses_fragments),
+      cmocka_unit_test(test_pool_ranges_grows_next_to_free_memory_between_holes),
       cmocka_unit_test(test_pool_ranges_request_beyond_a_range),
       cmocka_unit_test(test_pool_ranges_device_out_of_memory),
       cmocka_unit_test(test_pool_ranges_no_addresses),
