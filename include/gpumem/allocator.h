@@ -96,8 +96,8 @@ typedef struct gpumem_allocator_functions_s {
   gpumem_reserve_fn reserve;
   gpumem_map_fn unreserve; /**< Releases a whole range from @c reserve, with nothing mapped in it. */
   gpumem_map_fn map;       /**< Maps memory into part of a range. */
-  gpumem_map_fn unmap;     /**< Unmaps part of a range that @c map mapped, which no stream's work uses
-                                any more; a failure must leave all of it mapped. */
+  gpumem_map_fn unmap;     /**< Unmaps part of a range that @c map mapped, once work queued on it
+                                before its free is done; a failure must leave all of it mapped. */
   uint64_t map_unit;       /**< Bytes mapped at a time: a power of two, at least 512; 0 with no ranges. */
   uint64_t range_size;     /**< Bytes of addresses a pool reserves at a time: a multiple of @c map_unit
                                 (a request larger than one range fails). */
