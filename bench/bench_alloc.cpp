@@ -136,6 +136,7 @@ struct GpumemPool {
   const char* name;
   gpumem_allocator_t* handle;  // what gpumem_alloc is given: the pool, or NULL for the default
   gpumem_allocator_t* pool;    // the pool behind it, for statistics and release
+  size_t seed_block = 0;       // if not 0, reset() leaves one free block this large, which allocations split
   uint64_t upstream_allocs_at_reset = 0;
 
   void* alloc(size_t n) {
@@ -146,6 +147,7 @@ struct GpumemPool {
   void free(void* p) { check(gpumem_free(handle, p, nullptr), "gpumem_free"); }
   void reset() {
     check(gpumem_pool_release(pool, nullptr, GPUMEM_POOL_RELEASE_ALL_STREAMS), "gpumem_pool_release");
+    if (seed_block) free(alloc(seed_block));
     check(gpumem_allocator_reset_peaks(pool), "gpumem_allocator_reset_peaks");
     upstream_allocs_at_reset = stats().upstream_alloc_count;
   }
@@ -985,6 +987,10 @@ int run(bool streams_only) {
     gpumem_allocator_t* pool = pool_over(upstream);
     GpumemPool a{"gpumem_pool_created", pool, pool};
     run_row(a, kCaching, pat);
+    // The same pool splitting one large cached block, as a pool over VM splits its units: the
+    // cost of splitting and merging, beside that of reusing blocks of exactly the size asked.
+    GpumemPool split{"gpumem_pool_split", pool, pool, size_t{6} << 30};
+    run_row(split, kCaching, pat);
     // The same pool while a trace records it (trace.h): what leaving recording on costs.
     const char* tmp = std::getenv("TMPDIR");
     const std::string trace_path =
