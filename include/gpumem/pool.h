@@ -59,8 +59,8 @@ typedef struct gpumem_pool_info_s {
 
 /** @brief States of a pool's blocks in a snapshot. @since 0.3.0 */
 enum gpumem_block_state {
-  GPUMEM_BLOCK_FREE = 0,   /**< Cached, free for reuse. */
-  GPUMEM_BLOCK_IN_USE = 1, /**< Handed out and not freed. */
+  GPUMEM_BLOCK_FREE = 0,    /**< Cached, free for reuse. */
+  GPUMEM_BLOCK_IN_USE = 1,  /**< Handed out and not freed. */
   GPUMEM_BLOCK_PENDING = 2, /**< Freed, waiting for other streams' work before reuse. */
   GPUMEM_BLOCK_UNMAPPED = 3 /**< Addresses of a segment with no memory mapped (@since 0.4.0). */
 };
