@@ -1,0 +1,61 @@
+"""Addresses from the Python objects the wrappers accept in place of a `void*`."""
+import ctypes
+
+
+class Memory:
+    """An address, the bytes known to lie behind it (None if unknown), and what keeps them alive."""
+
+    __slots__ = ("address", "size", "keep")
+
+    def __init__(self, address, size=None, keep=None):
+        self.address, self.size, self.keep = address, size, keep
+
+
+def memory(obj, writable=True):
+    """A Memory for an int address, a gpumem Buffer, a ctypes object, or a contiguous buffer
+    (bytearray, memoryview, array.array; bytes too where the memory is only read)."""
+    if obj is None:
+        return Memory(0)
+    if isinstance(obj, int):
+        if obj < 0:
+            raise ValueError(f"address {obj} is negative")
+        return Memory(obj)
+    if hasattr(obj, "_gpumem_memory"):
+        return obj._gpumem_memory()
+    if isinstance(obj, (ctypes.c_void_p, ctypes.c_char_p)):
+        return Memory(ctypes.cast(obj, ctypes.c_void_p).value or 0)
+    if isinstance(obj, ctypes._Pointer):
+        return Memory(ctypes.cast(obj, ctypes.c_void_p).value or 0)
+    if isinstance(obj, (ctypes._SimpleCData, ctypes.Structure, ctypes.Union, ctypes.Array)):
+        return Memory(ctypes.addressof(obj), ctypes.sizeof(obj), obj)
+    if isinstance(obj, bytes) and not writable:
+        # c_char_p points into the bytes object itself: no copy.
+        return Memory(ctypes.cast(ctypes.c_char_p(obj), ctypes.c_void_p).value, len(obj), obj)
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        raise TypeError(
+            f"{type(obj).__name__} is not memory: pass an int address, a gpumem.Buffer, a ctypes object "
+            f"or a writable buffer such as a bytearray"
+        ) from None
+    if view.readonly:
+        raise TypeError(f"{type(obj).__name__} is read-only: pass a writable buffer such as a bytearray")
+    if not view.c_contiguous:
+        raise TypeError("the buffer is not contiguous")
+    # The ctypes array holds an export of the buffer: a bytearray cannot be resized while it lives.
+    window = (ctypes.c_char * view.nbytes).from_buffer(view)
+    return Memory(ctypes.addressof(window), view.nbytes, window)
+
+
+def sized(name, mem, size):
+    """The size of an operation on `mem`: `size` if given, else what `mem` is known to hold. A size
+    larger than the known one is refused, so a Python buffer is never overrun."""
+    if size is None:
+        if mem.size is None:
+            raise TypeError(f"{name} is a bare address: pass the size")
+        return mem.size
+    if size < 0:
+        raise ValueError(f"size {size} is negative")
+    if mem.size is not None and size > mem.size:
+        raise ValueError(f"size {size} is larger than {name}, which holds {mem.size} bytes")
+    return size

@@ -1,0 +1,252 @@
+"""A pool over plain host memory, which needs no GPU: buffers, statistics, hooks, lifetimes."""
+import contextlib
+import ctypes
+import gc
+import io
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+import unittest
+import weakref
+
+import gpumem
+from gpumem import BlockState, HookEvent
+
+
+class HostPoolTest(unittest.TestCase):
+    def setUp(self):
+        self.host = gpumem.Allocator.host()
+        self.pool = gpumem.Pool(self.host)
+        # Reverse order: the pool goes before its upstream.
+        self.addCleanup(self.host.close)
+        self.addCleanup(self.pool.close)
+
+    def test_round_trip(self):
+        data = bytes(range(256)) * 4
+        with self.pool.alloc(1000) as b:
+            self.assertEqual((b.size, b.stream, b.allocator), (1000, 0, self.pool))
+            ctypes.memmove(b.ptr, data, 1000)
+            self.assertEqual(ctypes.string_at(b.ptr, 1000), data[:1000])
+            self.assertEqual(
+                self.pool.stats(),
+                gpumem.AllocatorStats(
+                    bytes_in_use=1024,
+                    peak_bytes_in_use=1024,
+                    bytes_requested=1000,
+                    bytes_reserved=1024,
+                    peak_bytes_reserved=1024,
+                    alloc_count=1,
+                    free_count=0,
+                    upstream_alloc_count=1,
+                    upstream_free_count=0,
+                    retry_count=0,
+                    oom_count=0,
+                ),
+            )
+            self.assertEqual(
+                self.pool.info(),
+                gpumem.PoolInfo(
+                    used_bytes=1024,
+                    free_bytes=0,
+                    total_bytes=1024,
+                    free_block_count=0,
+                    limit=0,
+                    arena_count=1,
+                    pending_bytes=0,
+                    address_bytes=1024,
+                ),
+            )
+            self.assertEqual(self.host.stats().bytes_in_use, 1024)
+        self.assertTrue(b.freed)
+        info = self.pool.info()
+        self.assertEqual(
+            (info.used_bytes, info.free_bytes, info.total_bytes, info.free_block_count), (0, 1024, 1024, 1)
+        )
+
+        self.pool.release(all_streams=True)
+        info = self.pool.info()
+        self.assertEqual((info.total_bytes, info.free_bytes, info.address_bytes), (0, 0, 0))
+        stats = self.pool.stats()
+        self.assertEqual((stats.free_count, stats.upstream_free_count, stats.bytes_reserved), (1, 1, 0))
+        self.assertEqual(self.host.stats().bytes_in_use, 0)
+
+    def test_cached_memory_is_reused(self):
+        first = self.pool.alloc(4096)
+        ptr = first.ptr
+        first.free()
+        second = self.pool.alloc(4000)
+        self.assertEqual(second.ptr, ptr)
+        self.assertEqual(self.pool.stats().upstream_alloc_count, 1)
+        second.free()
+
+    def test_reset_peaks_and_limit(self):
+        self.pool.alloc(2048).free()
+        self.assertEqual(self.pool.stats().peak_bytes_in_use, 2048)
+        self.pool.reset_peaks()
+        self.assertEqual(self.pool.stats().peak_bytes_in_use, 0)
+        self.pool.release()
+        self.pool.set_limit(4096)
+        self.assertEqual(self.pool.info().limit, 4096)
+        with self.assertRaises(gpumem.OutOfMemory) as caught:
+            self.pool.alloc(8192)
+        self.assertIn("8192", caught.exception.detail.replace(",", ""))
+        self.assertEqual(self.pool.stats().oom_count, 1)
+        gpumem.Pool(self.host, limit=1 << 20).close()
+
+    def test_snapshot(self):
+        a, b = self.pool.alloc(512), self.pool.alloc(100)
+        blocks = self.pool.snapshot()
+        self.assertEqual(len(blocks), 2)
+        by_address = {block["address"]: block for block in blocks}
+        self.assertEqual(by_address[a.ptr]["size"], 512)
+        self.assertEqual(by_address[b.ptr]["requested"], 100)
+        for block in blocks:
+            self.assertEqual(block["state"], BlockState.IN_USE)
+            self.assertEqual(block["stream"], 0)
+            self.assertEqual(block["segment"], block["address"])
+            self.assertEqual(block["segment_size"], block["size"])
+        a.free()
+        states = {block["address"]: block["state"] for block in self.pool.snapshot()}
+        self.assertEqual(states[a.ptr], BlockState.FREE)
+        b.free()
+
+    def test_collected_buffers_are_freed(self):
+        self.pool.alloc(64)  # dropped at once
+        gc.collect()
+        self.assertEqual(self.pool.stats().free_count, 1)
+        self.assertEqual(self.pool.info().used_bytes, 0)
+
+    def test_a_buffer_keeps_its_allocator_alive(self):
+        host = gpumem.Allocator.host()
+        alive, finalizer = weakref.ref(host), host._finalizer
+        b = host.alloc(64)
+        del host
+        gc.collect()
+        self.assertIsNotNone(alive())
+        self.assertTrue(finalizer.alive)
+        del b
+        gc.collect()
+        self.assertIsNone(alive())
+        self.assertFalse(finalizer.alive)
+
+    def test_a_collected_allocator_is_destroyed(self):
+        host = gpumem.Allocator.host()
+        finalizer = host._finalizer
+        del host
+        gc.collect()
+        self.assertFalse(finalizer.alive)
+
+    def test_freeing_twice_does_nothing_the_second_time(self):
+        b = self.pool.alloc(64)
+        self.pool.free(b)
+        b.free()
+        self.assertEqual(self.pool.stats().free_count, 1)
+
+    def test_free_by_address(self):
+        b = self.host.alloc(64)
+        b._finalizer.detach()  # freed below by address, as memory from elsewhere would be
+        self.host.free(b.ptr)
+        self.assertEqual(self.host.stats().free_count, 1)
+
+    def test_device_of_host_memory(self):
+        self.assertEqual(self.pool.device_id, -1)
+        self.assertEqual(self.host.device_id, -1)
+
+
+class HookTest(unittest.TestCase):
+    def setUp(self):
+        self.host = gpumem.Allocator.host()
+        self.pool = gpumem.Pool(self.host)
+        self.addCleanup(self.host.close)
+        self.addCleanup(self.pool.close)
+
+    def test_events_and_sizes(self):
+        seen = []
+        hook = self.pool.add_hook(HookEvent.ALL, seen.append)
+        b = self.pool.alloc(1000)
+        b.free()
+        hook.remove()
+        self.pool.alloc(8).free()
+        self.assertEqual(
+            [(i.event, i.size, i.mem_size, i.ptr, i.status) for i in seen],
+            [
+                (HookEvent.MALLOC_PRE, 1000, 0, 0, 0),
+                (HookEvent.UPSTREAM_ALLOC_PRE, 1024, 1024, 0, 0),
+                (HookEvent.UPSTREAM_ALLOC_POST, 1024, 1024, b.ptr, 0),
+                (HookEvent.MALLOC_POST, 1000, 1024, b.ptr, 0),
+                (HookEvent.FREE_PRE, 1000, 1024, b.ptr, 0),
+                (HookEvent.FREE_POST, 1000, 1024, b.ptr, 0),
+            ],
+        )
+        for info in seen:
+            self.assertEqual((info.device, info.allocator, info.stream), (-1, self.pool.handle, 0))
+
+    def test_a_mask_selects_events(self):
+        seen = []
+        with self.pool.add_hook(HookEvent.MALLOC_POST | HookEvent.FREE_PRE, seen.append):
+            self.pool.alloc(100).free()
+        self.pool.alloc(100).free()
+        self.assertEqual([i.event for i in seen], [HookEvent.MALLOC_POST, HookEvent.FREE_PRE])
+
+    def test_a_failed_allocation_is_seen_with_its_status(self):
+        seen = []
+        self.pool.set_limit(512)
+        with self.pool.add_hook(HookEvent.MALLOC_POST, seen.append):
+            with self.assertRaises(gpumem.OutOfMemory):
+                self.pool.alloc(4096)
+        self.assertEqual([(i.size, i.ptr, i.status) for i in seen], [(4096, 0, gpumem.OutOfMemory.STATUS)])
+
+    def test_an_exception_in_a_hook_does_not_reach_the_call(self):
+        def hook(info):
+            raise RuntimeError(f"hook saw {info.event.name}")
+
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            h = self.pool.add_hook(HookEvent.MALLOC_PRE, hook)
+            b = self.pool.alloc(64)
+        self.assertFalse(b.freed)
+        b.free()
+        self.assertEqual([str(e) for e in h.errors], ["hook saw MALLOC_PRE"])
+        self.assertIn("Exception ignored in gpumem hook", stderr.getvalue())
+        self.assertIn("RuntimeError: hook saw MALLOC_PRE", stderr.getvalue())
+        h.remove()
+        h.remove()
+
+    def test_hooks_on_the_upstream_see_the_pools_blocks(self):
+        seen = []
+        with self.host.add_hook(HookEvent.MALLOC_POST, seen.append):
+            b = self.pool.alloc(100)
+        self.assertEqual(
+            [(i.size, i.mem_size, i.ptr, i.allocator) for i in seen], [(512, 512, b.ptr, self.host.handle)]
+        )
+        b.free()
+
+
+class InterpreterExitTest(unittest.TestCase):
+    def test_exit_with_live_objects_is_quiet(self):
+        # Buffers, hooks, a pool and its upstream still alive at exit; finalizers must not raise.
+        script = textwrap.dedent(
+            """
+            import gpumem
+            host = gpumem.Allocator.host()
+            pool = gpumem.Pool(host)
+            hook = pool.add_hook(gpumem.HookEvent.ALL, lambda info: None)
+            buffers = [pool.alloc(n) for n in (100, 5000, 70000)]
+            raw = host.alloc(10)
+            cycle = [pool]
+            cycle.append(cycle)
+            print("ok")
+            """
+        )
+        env = dict(os.environ)
+        package_root = str(pathlib.Path(gpumem.__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        env["GPUMEM_LIBRARY"] = gpumem.library()._name
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual((done.returncode, done.stdout, done.stderr), (0, "ok\n", ""))
+
+
+if __name__ == "__main__":
+    unittest.main()
