@@ -138,6 +138,20 @@ class HeaderTest(unittest.TestCase):
                     self.assertIs(ftype._type_, self.expected(ctype), f"{c_name}.{fname}")
                     self.assertEqual(ftype._length_, length, f"{c_name}.{fname}")
 
+    def test_enums_match_the_headers(self):
+        text = _headers()
+        for cls, prefix in [
+            (gpumem.allocator.HookEvent, "GPUMEM_HOOK_"),
+            (gpumem.allocator.BlockState, "GPUMEM_BLOCK_"),
+            (gpumem.allocator.CudaPoolSource, "GPUMEM_CUDA_POOL_"),
+            (gpumem.memory.MemoryType, "GPUMEM_MEMORY_"),
+            (gpumem.pinning.PinState, "GPUMEM_PIN_"),
+        ]:
+            with self.subTest(enum=cls.__name__):
+                found = re.findall(r"\b" + prefix + r"(\w+)\s*=\s*(0x[0-9a-fA-F]+|\d+)", text)
+                self.assertEqual({name: int(member) for name, member in cls.__members__.items()},
+                                 {name: int(value, 0) for name, value in found})
+
     def test_every_status_has_its_class(self):
         for status, name in self.statuses.items():
             if status == 0:
