@@ -1,0 +1,358 @@
+"""gpumem as CuPy's memory allocator: device memory from a gpumem pool per device, on CuPy's
+current stream, and pinned host memory from a gpumem pool over pinned memory.
+
+    import gpumem.cupy
+
+    gpumem.cupy.install()          # every CuPy device allocation now comes from gpumem
+    ...
+    gpumem.cupy.pool().stats()     # the current device's pool
+    gpumem.cupy.uninstall()        # CuPy's own allocators again
+
+    with gpumem.cupy.allocator():  # the same, for a block
+        ...
+
+CuPy is imported when these functions run, never when this module is imported.
+
+Streams: CuPy's stream handles are gpumem's (`cupy.cuda.Stream.null.ptr` is 0, the legacy stream;
+`cupy.cuda.Stream.ptds.ptr` is 2, GPUMEM_STREAM_PER_THREAD), so memory is allocated on CuPy's
+current stream as it is, and freed on that same stream when CuPy lets go of it. As in CuPy's own
+pool, that stream reuses it at once; the pool hands it to another stream only after a fence.
+"""
+import collections.abc
+import contextlib
+import gc
+import threading
+
+from ._lib import library
+from .allocator import Allocator, Buffer, Pool
+from .errors import Error, OutOfMemory
+
+# GPUMEM_HOST_ALLOC_PORTABLE: pinned for every device, as CuPy's own pinned memory is.
+_HOST_ALLOC_PORTABLE = 0x1
+
+_STREAM_REUSE_NEVER = 0  # GPUMEM_STREAM_REUSE_NEVER
+
+_lock = threading.Lock()
+_installed = []  # _Installation, innermost last
+_device_pools = {}  # device -> the Pool CuPy's memory comes from unless the caller gives one
+_device_pools_lock = threading.Lock()
+
+
+def default_pool(device):
+    """The pool of `device` for CuPy: made once over the device allocator, each stream keeping
+    its memory as in CuPy's own pool. CuPy destroys a stream when its Stream object goes while
+    arrays made on it live on, and a pool that lends memory between streams records events on the
+    lending stream, which must then be a live one."""
+    with _device_pools_lock:
+        pool = _device_pools.get(device)
+        if pool is None:
+            pool = Pool(Allocator.device(device))
+            library().gpumem_pool_set_stream_reuse(pool.handle, _STREAM_REUSE_NEVER)
+            _device_pools[device] = pool
+        return pool
+_oom_type = None
+
+
+def _cupy():
+    import cupy  # on use only: gpumem itself never needs CuPy
+
+    return cupy
+
+
+class CupyAllocator:
+    """CuPy allocators over gpumem pools: `malloc` for `cupy.cuda.set_allocator()` (or
+    `cupy.cuda.using_allocator()`), `malloc_pinned` for `cupy.cuda.set_pinned_memory_allocator()`.
+
+    `pools` picks the pool of each device: None for a pool of gpumem's over the device whose streams
+    keep their memory, as CuPy's pool (made once per device, shared by every installation); an
+    Allocator, for its own device; a mapping from device index to Allocator; or a function of the
+    device index that returns an Allocator (or None), called once per device. Devices it does not
+    name use the first. A pool that lends memory between streams (gpumem.device_pool) must not
+    outlive, with memory cached, a stream CuPy has destroyed. `pinned` is True for a new pool over portable pinned memory, made on
+    first use; an Allocator of host memory to use instead; or False to leave pinned memory alone.
+    """
+
+    def __init__(self, pools=None, pinned=True):
+        self._lock = threading.Lock()
+        self._pools = {}
+        self._factory = None
+        if pools is None:
+            pass
+        elif isinstance(pools, Allocator):
+            self._add(pools.device_id, pools)
+        elif isinstance(pools, collections.abc.Mapping):
+            for device, allocator in pools.items():
+                self._add(device, allocator)
+        elif callable(pools):
+            self._factory = pools
+        else:
+            raise TypeError(f"pools must be None, an Allocator, a mapping or a function, not {type(pools).__name__}")
+        if pinned is True or pinned is False or pinned is None:
+            self._pinned, self._pinned_pool = bool(pinned), None
+        elif isinstance(pinned, Allocator):
+            if pinned.device_id != -1:
+                raise ValueError(f"{pinned!r} allocates on device {pinned.device_id}, not host memory")
+            self._pinned, self._pinned_pool = True, pinned
+        else:
+            raise TypeError(f"pinned must be a bool or an Allocator, not {type(pinned).__name__}")
+
+    def _add(self, device, allocator):
+        if not isinstance(allocator, Allocator):
+            raise TypeError(f"the pool of device {device} is a {type(allocator).__name__}, not a gpumem Allocator")
+        found = allocator.device_id
+        if found != device:
+            where = "host memory" if found < 0 else f"device {found}"
+            raise ValueError(f"{allocator!r} allocates {where}, not on device {device}")
+        self._pools[device] = allocator
+
+    @property
+    def pinned(self):
+        """Whether this serves CuPy's pinned memory too."""
+        return self._pinned
+
+    def pool(self, device=None):
+        """The Allocator that serves `device` (None: CuPy's current device)."""
+        if device is None:
+            device = _cupy().cuda.runtime.getDevice()
+        found = self._pools.get(device)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._pools.get(device)
+            if found is None:
+                made = self._factory(device) if self._factory is not None else None
+                self._add(device, default_pool(device) if made is None else made)
+                found = self._pools[device]
+        return found
+
+    def pinned_pool(self):
+        """The Allocator that serves pinned memory, made now if not yet; None when pinned is False."""
+        if not self._pinned:
+            return None
+        if self._pinned_pool is None:
+            with self._lock:
+                if self._pinned_pool is None:
+                    self._pinned_pool = Pool(Allocator.pinned(_HOST_ALLOC_PORTABLE))
+        return self._pinned_pool
+
+    def malloc(self, size):
+        """CuPy's device allocator: `size` bytes from the current device's pool, on the current
+        stream, as a cupy.cuda.MemoryPointer that frees them when CuPy drops it."""
+        cupy = _cupy()
+        if size == 0:
+            # As CuPy's own pool: empty arrays hold no memory (gpumem refuses size 0).
+            return cupy.cuda.MemoryPointer(cupy.cuda.Memory(0), 0)
+        device = cupy.cuda.runtime.getDevice()
+        buffer = _alloc(cupy, self.pool(device), size, cupy.cuda.get_current_stream().ptr)
+        return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(buffer.ptr, size, buffer, device), 0)
+
+    def malloc_pinned(self, size):
+        """CuPy's pinned-memory allocator: `size` bytes of pinned host memory, as a
+        cupy.cuda.PinnedMemoryPointer that frees them when CuPy drops it."""
+        cupy = _cupy()
+        if size == 0:
+            return cupy.cuda.PinnedMemoryPointer(cupy.cuda.PinnedMemory(0), 0)
+        pool = self.pinned_pool()
+        if pool is None:
+            raise RuntimeError("this CupyAllocator was made with pinned=False")
+        # Host code reads and writes pinned memory outside any stream's order, so no stream could
+        # fence it: as in CuPy's PinnedMemoryPool, a freed buffer is handed out again at once (one
+        # arena), and CuPy keeps a buffer alive while its own asynchronous copies use it. The
+        # Buffer, with its ptr and size, is the memory object CuPy's pointer expects.
+        return cupy.cuda.PinnedMemoryPointer(_alloc(cupy, pool, size, 0), 0)
+
+
+def _alloc(cupy, pool, size, stream):
+    try:
+        return pool.alloc(size, stream)
+    except OutOfMemory:
+        pass
+    # As CuPy's own pool: arrays that only reference cycles keep alive go back to the pool first.
+    gc.collect()
+    try:
+        return pool.alloc(size, stream)
+    except OutOfMemory as error:
+        translated = _translate(cupy, size, pool, error)
+        if translated is error:
+            raise
+        raise translated from error
+
+
+def _out_of_memory_type(cupy):
+    # CuPy code catches cupy.cuda.memory.OutOfMemoryError (or MemoryError); gpumem code catches
+    # gpumem.OutOfMemory. The exception is both, and its message keeps gpumem's detail. False when
+    # this CuPy has no such type to combine with.
+    global _oom_type
+    if _oom_type is None:
+        base = getattr(getattr(cupy.cuda, "memory", None), "OutOfMemoryError", None)
+        try:
+            _oom_type = _make_oom_type(base) if isinstance(base, type) and issubclass(base, MemoryError) else False
+        except TypeError:  # a base that cannot be combined with gpumem's
+            _oom_type = False
+    return _oom_type
+
+
+def __getattr__(name):
+    # OutOfMemoryError derives from CuPy's, so it exists only once CuPy is imported.
+    if name == "OutOfMemoryError":
+        try:
+            found = _out_of_memory_type(_cupy())
+        except ImportError as error:
+            raise AttributeError(f"{__name__}.OutOfMemoryError needs CuPy: {error}") from error
+        if found:
+            return found
+        raise AttributeError("this CuPy has no cupy.cuda.memory.OutOfMemoryError to derive from")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _translate(cupy, size, pool, error):
+    oom_type = _out_of_memory_type(cupy)
+    if not oom_type:
+        return error
+    total = limit = 0
+    try:
+        total = pool.stats().bytes_reserved
+        if isinstance(pool, Pool):
+            limit = pool.info().limit
+    except Error:
+        pass
+    try:
+        translated = oom_type(size, total, limit, error.detail)
+    except Exception:  # a CuPy whose OutOfMemoryError takes other arguments
+        return error
+    translated.cuda_result = getattr(error, "cuda_result", 0)
+    return translated
+
+
+def _make_oom_type(base):
+    class OutOfMemoryError(base, OutOfMemory):
+        """Out of memory in a gpumem pool serving CuPy: a cupy.cuda.memory.OutOfMemoryError and a
+        gpumem.OutOfMemory."""
+
+        def __init__(self, size, total, limit=0, detail=""):
+            base.__init__(self, size, total, limit)
+            message = str(self.args[0]) if self.args else f"Out of memory allocating {size:,} bytes"
+            self.args = (f"{message} {OutOfMemory.NAME}: {detail}" if detail else message,)
+            self.status, self.detail, self.cuda_result = OutOfMemory.STATUS, detail, 0
+
+        def __str__(self):
+            return self.args[0]
+
+        def __reduce__(self):
+            fields = (getattr(self, name, 0) for name in ("_size", "_total", "_limit"))
+            return (type(self), (*fields, self.detail))
+
+    OutOfMemoryError.__module__, OutOfMemoryError.__qualname__ = __name__, "OutOfMemoryError"
+    return OutOfMemoryError
+
+
+class _Installation:
+    __slots__ = ("allocator", "previous", "previous_pinned")
+
+    def __init__(self, allocator, previous, previous_pinned):
+        self.allocator, self.previous, self.previous_pinned = allocator, previous, previous_pinned
+
+
+def _current_pinned(cupy):
+    get = getattr(cupy.cuda, "get_pinned_memory_allocator", None)
+    if get is not None:
+        return get()
+    # CuPy cannot say which pinned allocator is set: the innermost one set here, else the one
+    # CuPy sets when it is imported.
+    for entry in reversed(_installed):
+        if entry.allocator.pinned:
+            return entry.allocator.malloc_pinned
+    return cupy.get_default_pinned_memory_pool().malloc
+
+
+def install(pools=None, pinned=True):
+    """Makes gpumem CuPy's allocator of device memory (`cupy.cuda.set_allocator`) and, unless
+    `pinned` is False, of pinned memory (`cupy.cuda.set_pinned_memory_allocator`); arguments as
+    CupyAllocator's. Returns the CupyAllocator. Installations nest: uninstall() puts back what
+    the last install() replaced. Raises ValueError inside `cupy.cuda.using_allocator()`, as
+    `cupy.cuda.set_allocator()` does."""
+    cupy = _cupy()
+    allocator = CupyAllocator(pools, pinned)
+    with _lock:
+        previous = cupy.cuda.get_allocator()
+        previous_pinned = _current_pinned(cupy) if allocator.pinned else None
+        cupy.cuda.set_allocator(allocator.malloc)
+        if allocator.pinned:
+            cupy.cuda.set_pinned_memory_allocator(allocator.malloc_pinned)
+        _installed.append(_Installation(allocator, previous, previous_pinned))
+    return allocator
+
+
+def uninstall(allocator=None):
+    """Puts back the allocators that the last install() replaced, and returns its CupyAllocator
+    (None when none is installed). Given `allocator`, it must be the last one installed. Memory it
+    handed out stays valid, and goes back to its pool when CuPy drops it."""
+    cupy = _cupy()
+    with _lock:
+        if not _installed:
+            if allocator is not None:
+                raise RuntimeError(f"{allocator!r} is not installed")
+            return None
+        entry = _installed[-1]
+        if allocator is not None and entry.allocator is not allocator:
+            raise RuntimeError(f"{allocator!r} is not the last CupyAllocator installed: uninstall those after it first")
+        cupy.cuda.set_allocator(entry.previous)
+        if entry.previous_pinned is not None:
+            cupy.cuda.set_pinned_memory_allocator(entry.previous_pinned)
+        _installed.pop()
+    return entry.allocator
+
+
+@contextlib.contextmanager
+def allocator(pools=None, pinned=True):
+    """install() for the length of a with block, which gets the CupyAllocator; uninstall() at its end."""
+    installed_now = install(pools, pinned)
+    try:
+        yield installed_now
+    finally:
+        uninstall(installed_now)
+
+
+def installed():
+    """The CupyAllocator installed last, or None."""
+    with _lock:
+        return _installed[-1].allocator if _installed else None
+
+
+def _current():
+    found = installed()
+    if found is None:
+        raise RuntimeError("gpumem is not CuPy's allocator: call gpumem.cupy.install() first")
+    return found
+
+
+def pool(device=None):
+    """The pool that serves CuPy's allocations on `device` (None: the current device), for its
+    stats() and info(); RuntimeError when gpumem is not installed."""
+    return _current().pool(device)
+
+
+def pinned_pool():
+    """The pool that serves CuPy's pinned memory (None if installed with pinned=False);
+    RuntimeError when gpumem is not installed."""
+    return _current().pinned_pool()
+
+
+def buffer_of(memory):
+    """The gpumem Buffer behind a CuPy array or cupy.cuda.MemoryPointer that gpumem allocated
+    (its ptr, size and stream), or None for other memory."""
+    data = getattr(memory, "data", memory)  # an ndarray's MemoryPointer
+    owner = getattr(getattr(data, "mem", None), "_owner", None)
+    return owner if isinstance(owner, Buffer) else None
+
+
+def record_stream(memory, stream):
+    """Marks memory of a CuPy array (or MemoryPointer) that gpumem allocated as used on another
+    stream too (a cupy.cuda.Stream, or its ptr): when CuPy frees it, the pool hands it out again
+    only after the work queued there until then. Needed when an array made on one stream is used
+    on another and freed before that work is done; as CuPy's own pool, gpumem otherwise reuses it
+    on its stream at once. Not the per-thread default stream (InvalidArgument)."""
+    buffer = buffer_of(memory)
+    if buffer is None:
+        raise ValueError(f"{memory!r} is not memory that gpumem allocated")
+    library().gpumem_pool_record_stream(buffer.allocator.handle, buffer.ptr, getattr(stream, "ptr", stream))
