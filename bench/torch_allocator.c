@@ -1,10 +1,10 @@
 /* gpumem's pool as PyTorch's CUDA allocator, loaded with
  *
- *     torch.cuda.memory.CUDAPluggableAllocator(path, "gpumem_torch_malloc", "gpumem_torch_free")
+ *     torch.cuda.memory.CUDAPluggableAllocator(path, "gpumem_bench_torch_malloc", "gpumem_bench_torch_free")
  *
  * One pool per device, made on first use, over the upstream that GPUMEM_TORCH_UPSTREAM names:
  * "vm" (the default: virtual memory, so the pool's segments grow in place) or "device"
- * (cuMemAlloc). gpumem_torch_stats() reads the pool's statistics for ctypes. bench/torch_dropin.py
+ * (cuMemAlloc). gpumem_bench_torch_stats() reads the pool's statistics for ctypes. bench/torch_dropin.py
  * compares it with PyTorch's own allocator; bench/README.md says what it measures. */
 #define _POSIX_C_SOURCE 200809L
 
@@ -79,7 +79,7 @@ static gpumem_allocator_t* pool_of(int device) {
 
 /* PyTorch's allocation: the stream is its cudaStream_t, which gpumem_stream_t represents alike.
  * NULL on failure. Thread-safe: any thread, concurrently. */
-EXPORT void* gpumem_torch_malloc(ssize_t size, int device, void* stream) {
+EXPORT void* gpumem_bench_torch_malloc(ssize_t size, int device, void* stream) {
   gpumem_allocator_t* pool = pool_of(device);
   if (pool == NULL || size < 0) return NULL;
   /* PyTorch asks for 0 bytes for an empty tensor. gpumem refuses a size of 0 and NULL means
@@ -94,7 +94,7 @@ EXPORT void* gpumem_torch_malloc(ssize_t size, int device, void* stream) {
 }
 
 /* PyTorch's free, on the stream the memory was allocated on. Thread-safe: any thread, concurrently. */
-EXPORT void gpumem_torch_free(void* ptr, ssize_t size, int device, void* stream) {
+EXPORT void gpumem_bench_torch_free(void* ptr, ssize_t size, int device, void* stream) {
   (void)size;
   if (ptr == NULL) return;
   gpumem_allocator_t* pool = pool_of(device);
@@ -107,7 +107,7 @@ EXPORT void gpumem_torch_free(void* ptr, ssize_t size, int device, void* stream)
  * 0, or a gpumem status: GPUMEM_ERROR_INVALID_ARGUMENT for a NULL output or a device out of
  * range, GPUMEM_ERROR_INVALID_HANDLE for a device on which nothing was allocated yet.
  * Thread-safe: any thread, concurrently. */
-EXPORT int gpumem_torch_stats(int device, uint64_t* peak_reserved, uint64_t* peak_in_use) {
+EXPORT int gpumem_bench_torch_stats(int device, uint64_t* peak_reserved, uint64_t* peak_in_use) {
   if (peak_reserved == NULL || peak_in_use == NULL || device < 0 || device >= MAX_DEVICES)
     return GPUMEM_ERROR_INVALID_ARGUMENT;
   gpumem_allocator_t* pool = __atomic_load_n(&pools[device], __ATOMIC_ACQUIRE);

@@ -44,8 +44,8 @@ def config_id(name):
 
 def load_stats(module):
     lib = ctypes.CDLL(module)
-    lib.gpumem_torch_stats.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)]
-    lib.gpumem_torch_stats.restype = ctypes.c_int
+    lib.gpumem_bench_torch_stats.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)]
+    lib.gpumem_bench_torch_stats.restype = ctypes.c_int
     return lib
 
 
@@ -90,7 +90,7 @@ def child(run, cfg, steps, module):
 
     lib = None
     if CONFIGS[cfg][2]:  # before anything initialises CUDA, which fixes the allocator
-        pluggable = torch.cuda.memory.CUDAPluggableAllocator(module, "gpumem_torch_malloc", "gpumem_torch_free")
+        pluggable = torch.cuda.memory.CUDAPluggableAllocator(module, "gpumem_bench_torch_malloc", "gpumem_bench_torch_free")
         torch.cuda.memory.change_current_allocator(pluggable)
         lib = load_stats(module)
 
@@ -98,9 +98,9 @@ def child(run, cfg, steps, module):
         if lib is None:
             return torch.cuda.max_memory_reserved(device), torch.cuda.max_memory_allocated(device)
         reserved, in_use = ctypes.c_uint64(), ctypes.c_uint64()
-        status = lib.gpumem_torch_stats(device, ctypes.byref(reserved), ctypes.byref(in_use))
+        status = lib.gpumem_bench_torch_stats(device, ctypes.byref(reserved), ctypes.byref(in_use))
         if status != 0:
-            raise RuntimeError(f"gpumem_torch_stats({device}) returned {status}")
+            raise RuntimeError(f"gpumem_bench_torch_stats({device}) returned {status}")
         return reserved.value, in_use.value
 
     torch.cuda.init()

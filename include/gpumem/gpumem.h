@@ -18,6 +18,7 @@
 #include "pin.h"
 #include "pointer.h"
 #include "pool.h"
+#include "torch.h"
 #include "trace.h"
 #include "vm.h"
 

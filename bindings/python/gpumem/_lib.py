@@ -2,7 +2,7 @@
 import ctypes
 import os
 import threading
-from ctypes import POINTER, c_bool, c_char_p, c_double, c_int32, c_size_t, c_uint32, c_uint64, c_void_p
+from ctypes import POINTER, c_bool, c_char_p, c_double, c_int32, c_size_t, c_ssize_t, c_uint32, c_uint64, c_void_p
 
 from . import _types as t
 from .errors import LibraryError, error_for
@@ -111,6 +111,9 @@ TABLE = [
     ("gpumem_vm_params_init", [POINTER(t.VmParams), c_size_t], _status),
     ("gpumem_allocator_create_vm", [POINTER(t.VmParams), _out_p], _status),
     ("gpumem_vm_get_info", [_p, POINTER(t.VmInfo)], _status),
+    # torch.h (ptrdiff_t is ssize_t, PyTorch's type, on LP64 Linux)
+    ("gpumem_torch_alloc", [c_ssize_t, c_int32, _p], c_void_p),
+    ("gpumem_torch_free", [_p, c_ssize_t, c_int32, _p], None),
     # pin.h
     ("gpumem_pin", [_p, c_size_t, c_uint32], _status),
     ("gpumem_unpin", [_p, c_size_t], _status),
@@ -153,6 +156,9 @@ def open_library(path=None):
             tried = f"{DEFAULT_NAME} (through the dynamic loader's search path)"
     else:
         tried = path
+    if path and os.sep in path:
+        # Absolute, so that library_path() names this file wherever the process goes next.
+        path = os.path.abspath(path)
     try:
         lib = ctypes.CDLL(path or DEFAULT_NAME)
     except OSError as e:
@@ -202,3 +208,23 @@ def library():
             if _loaded is None:
                 _loaded = open_library()
     return _loaded
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", c_char_p), ("dli_fbase", c_void_p), ("dli_sname", c_char_p), ("dli_saddr", c_void_p)]
+
+
+def library_path():
+    """The file of the loaded libgpumem (loaded first if need be), as the dynamic loader found it:
+    a later dlopen() of that path, such as PyTorch's for its pluggable allocator, gets this same
+    library and its state rather than a second copy."""
+    lib = library()
+    try:
+        dladdr = ctypes.CDLL(None).dladdr
+    except AttributeError:  # no dladdr in the process: the name it was loaded by will do
+        return lib._name
+    dladdr.argtypes, dladdr.restype = [c_void_p, POINTER(_DlInfo)], ctypes.c_int
+    info = _DlInfo()
+    if not dladdr(ctypes.cast(lib.gpumem_version_number, c_void_p), ctypes.byref(info)) or not info.dli_fname:
+        return lib._name
+    return os.path.abspath(os.fsdecode(info.dli_fname))

@@ -15,6 +15,7 @@ SCALARS = {
     "uint32_t": ctypes.c_uint32,
     "uint64_t": ctypes.c_uint64,
     "size_t": ctypes.c_size_t,
+    "ptrdiff_t": ctypes.c_ssize_t,  # the same type on LP64 Linux (torch.h: PyTorch's ssize_t)
     "double": ctypes.c_double,
     "bool": ctypes.c_bool,
     "char": ctypes.c_char,
@@ -73,6 +74,8 @@ class HeaderTest(unittest.TestCase):
 
     def expected(self, ctype):
         """The ctypes type a C type must be declared as."""
+        if ctype == "void":
+            return None  # a result only: ctypes' restype for a function that returns nothing
         base, stars = ctype.rstrip("*"), len(ctype) - len(ctype.rstrip("*"))
         if stars == 0:
             if base in SCALARS:
