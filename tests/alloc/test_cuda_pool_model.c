@@ -5,26 +5,10 @@
  * test_cuda_pool's part, on a GPU. */
 #define _POSIX_C_SOURCE 200809L
 
-#include <dlfcn.h>
 #include <stdlib.h>
 
+#include "test_fake_cuda.h"
 #include "test_util.h"
-
-/* The fake's test hooks. dlopen by the same path finds the copy gpumem opened. */
-static void* fake_symbol(const char* name) {
-  static void* fake;
-  if (fake == NULL) fake = dlopen(getenv("GPUMEM_CUDA_DRIVER"), RTLD_NOW | RTLD_LOCAL);
-  assert_non_null(fake);
-  void* symbol = dlsym(fake, name);
-  assert_non_null(symbol);
-  return symbol;
-}
-
-/* Every context gpumem pushed was popped again. */
-static void assert_contexts_restored(void) {
-  int (*depth)(void) = (int (*)(void))fake_symbol("fake_cuda_context_depth");
-  assert_int_equal(depth(), 0);
-}
 
 static gpumem_allocator_t* create_from(uint32_t source, int32_t device, uint64_t release_threshold) {
   gpumem_cuda_pool_params_t params = GPUMEM_CUDA_POOL_PARAMS_INIT;

@@ -98,17 +98,6 @@ static size_t round_up(size_t n, size_t unit) { return (n + unit - 1) / unit * u
 /* The map unit of map_unit 0 on a device of that granularity. */
 static size_t default_unit(size_t granularity) { return granularity > DEFAULT_UNIT ? granularity : DEFAULT_UNIT; }
 
-/* The range the driver gives for an address: its mapping's, so one physical allocation's. */
-static void assert_pointer_range(const void* p, const void* base, size_t size) {
-  gpumem_pointer_info_t info;
-  memset(&info, 0, sizeof info);
-  info.struct_size = sizeof info;
-  assert_ok(gpumem_pointer_get_info(p, &info));
-  assert_int_equal(info.memory_type, GPUMEM_MEMORY_DEVICE);
-  assert_ptr_equal(info.base, base);
-  assert_int_equal(info.size, size);
-}
-
 /* The device's minimum granularity for pinned device memory, as the driver says. */
 static size_t granularity_of(int device) {
   test_mem_allocation_prop_t prop;

@@ -10,9 +10,9 @@
  * `test_vm_model missing` runs with a driver that lacks two of the entry points. */
 #define _POSIX_C_SOURCE 200809L
 
-#include <dlfcn.h>
 #include <stdlib.h>
 
+#include "test_fake_cuda.h"
 #include "test_util.h"
 
 #define MiB ((size_t)1 << 20)
@@ -25,16 +25,6 @@ enum {
   ATTRIBUTE_VMM = 102    /* CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED */
 };
 
-/* The fake's test hooks. dlopen by the same path finds the copy gpumem opened. */
-static void* fake_symbol(const char* name) {
-  static void* fake;
-  if (fake == NULL) fake = dlopen(getenv("GPUMEM_CUDA_DRIVER"), RTLD_NOW | RTLD_LOCAL);
-  assert_non_null(fake);
-  void* symbol = dlsym(fake, name);
-  assert_non_null(symbol);
-  return symbol;
-}
-
 static size_t fake_reserved(void) { return ((size_t(*)(void))fake_symbol("fake_cuda_vmm_reserved_bytes"))(); }
 static size_t fake_mapped(void) { return ((size_t(*)(void))fake_symbol("fake_cuda_vmm_mapped_bytes"))(); }
 static size_t fake_held(int device) { return ((size_t(*)(int))fake_symbol("fake_cuda_vmm_held_bytes"))(device); }
@@ -43,12 +33,6 @@ static int fake_access(const void* p, int device) {
 }
 static size_t fake_calls(const char* name) {
   return ((size_t(*)(const char*))fake_symbol("fake_cuda_vmm_calls"))(name);
-}
-
-/* Every context gpumem pushed was popped again. */
-static void assert_contexts_restored(void) {
-  int (*depth)(void) = (int (*)(void))fake_symbol("fake_cuda_context_depth");
-  assert_int_equal(depth(), 0);
 }
 
 /* The fake holds nothing of the virtual memory management calls. */
@@ -139,17 +123,6 @@ static void test_vm_model_defaults_and_checks(void** state) {
                         "gpumem_allocator_create_device for a pool's upstream");
   unsetenv("FAKE_CUDA_ZERO_ATTRIBUTES");
   assert_fake_empty();
-}
-
-/* The range the driver gives for an address: its mapping's. */
-static void assert_pointer_range(const void* p, const void* base, size_t size) {
-  gpumem_pointer_info_t info;
-  memset(&info, 0, sizeof info);
-  info.struct_size = sizeof info;
-  assert_ok(gpumem_pointer_get_info(p, &info));
-  assert_int_equal(info.memory_type, GPUMEM_MEMORY_DEVICE);
-  assert_ptr_equal(info.base, base);
-  assert_int_equal(info.size, size);
 }
 
 static void test_vm_model_direct_allocation(void** state) {

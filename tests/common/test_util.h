@@ -78,4 +78,15 @@ static inline gpumem_pool_info_t pool_info_of(gpumem_allocator_t* pool) {
   return i;
 }
 
+/* The allocation the driver says an address of device memory lies in. */
+static inline void assert_pointer_range(const void* p, const void* base, size_t size) {
+  gpumem_pointer_info_t info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  assert_ok(gpumem_pointer_get_info(p, &info));
+  assert_int_equal(info.memory_type, GPUMEM_MEMORY_DEVICE);
+  assert_ptr_equal(info.base, base);
+  assert_int_equal(info.size, size);
+}
+
 #endif /* GPUMEM_TEST_UTIL_H */

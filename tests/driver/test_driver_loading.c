@@ -5,9 +5,9 @@
  * at the fake and configures it. */
 #define _POSIX_C_SOURCE 200809L
 
-#include <dlfcn.h>
 #include <stdlib.h>
 
+#include "test_fake_cuda.h"
 #include "test_util.h"
 
 #define FAKE_VERSION 13000
@@ -16,26 +16,10 @@
 
 static const char* driver_path(void) { return getenv("GPUMEM_CUDA_DRIVER"); }
 
-/* The fake's test hooks. dlopen by the same path finds the copy gpumem opened. */
-static void* fake_symbol(const char* name) {
-  static void* fake;
-  if (fake == NULL) fake = dlopen(driver_path(), RTLD_NOW | RTLD_LOCAL);
-  assert_non_null(fake);
-  void* symbol = dlsym(fake, name);
-  assert_non_null(symbol);
-  return symbol;
-}
-
 /* The range the fake reports as managed memory on device 0 (1 MiB). Never dereferenced. */
 static void* managed_address(void) {
   void* (*get)(void) = (void* (*)(void))fake_symbol("fake_cuda_managed_address");
   return get();
-}
-
-/* Every context gpumem pushed was popped again. */
-static void assert_contexts_restored(void) {
-  int (*depth)(void) = (int (*)(void))fake_symbol("fake_cuda_context_depth");
-  assert_int_equal(depth(), 0);
 }
 
 /* A failure gpumem refuses on its own first, so the next call must write a fresh detail. */

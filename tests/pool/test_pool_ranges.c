@@ -38,22 +38,6 @@ static void destroy(struct ranges_fixture* f) {
   assert_ok(gpumem_allocator_destroy(f->upstream));
 }
 
-static gpumem_pool_info_t info_of(gpumem_allocator_t* pool) {
-  gpumem_pool_info_t i;
-  memset(&i, 0, sizeof i);
-  i.struct_size = sizeof i;
-  assert_ok(gpumem_pool_get_info(pool, &i));
-  return i;
-}
-
-static uint64_t stats_retries(gpumem_allocator_t* pool) {
-  gpumem_allocator_stats_t s;
-  memset(&s, 0, sizeof s);
-  s.struct_size = sizeof s;
-  assert_ok(gpumem_allocator_get_stats(pool, &s));
-  return s.retry_count;
-}
-
 static void fill(void* p, size_t size, unsigned char seed) {
   unsigned char* b = p;
   for (size_t i = 0; i < size; ++i) b[i] = (unsigned char)(seed + i * 7);
@@ -73,12 +57,12 @@ static void test_pool_ranges_grows_in_place(void** state) {
   struct ranges_fixture* f = make(0);
   void* a = alloc_ok(f->pool, UNIT + UNIT / 2, NULL);
   fill(a, UNIT + UNIT / 2, 1);
-  assert_int_equal(info_of(f->pool).total_bytes, 2 * UNIT);
+  assert_int_equal(pool_info_of(f->pool).total_bytes, 2 * UNIT);
   /* Lies right after a, in the free half unit and three more units mapped next to it. */
   void* b = alloc_ok(f->pool, 3 * UNIT, NULL);
   assert_ptr_equal(b, (char*)a + UNIT + UNIT / 2);
   fill(b, 3 * UNIT, 2);
-  gpumem_pool_info_t i = info_of(f->pool);
+  gpumem_pool_info_t i = pool_info_of(f->pool);
   assert_int_equal(i.total_bytes, 5 * UNIT);
   assert_int_equal(i.address_bytes, RANGE);
   assert_int_equal(f->r.reserves, 1);
@@ -92,7 +76,7 @@ static void test_pool_ranges_grows_in_place(void** state) {
   assert_ptr_equal(c, a);
   fill(c, 5 * UNIT, 3);
   assert_int_equal(f->r.maps, maps);
-  assert_int_equal(info_of(f->pool).total_bytes, 5 * UNIT);
+  assert_int_equal(pool_info_of(f->pool).total_bytes, 5 * UNIT);
   assert_ok(gpumem_free(f->pool, c, NULL));
   destroy(f);
 }
@@ -106,7 +90,7 @@ static void test_pool_ranges_larger_request_maps_only_what_it_lacks(void** state
   void* y = alloc_ok(f->pool, 6 * UNIT, NULL);
   assert_ptr_equal(y, x);
   fill(y, 6 * UNIT, 4);
-  const gpumem_pool_info_t i = info_of(f->pool);
+  const gpumem_pool_info_t i = pool_info_of(f->pool);
   assert_int_equal(i.total_bytes, 6 * UNIT);
   assert_int_equal(i.used_bytes, 6 * UNIT);
   assert_int_equal(i.free_bytes, 0);
@@ -136,11 +120,11 @@ static void test_pool_ranges_release_unmaps_whole_units(void** state) {
   void* c = alloc_ok(f->pool, UNIT / 2, NULL);
   fill(a, UNIT + UNIT / 2, 5);
   fill(c, UNIT / 2, 6);
-  assert_int_equal(info_of(f->pool).total_bytes, 6 * UNIT);
+  assert_int_equal(pool_info_of(f->pool).total_bytes, 6 * UNIT);
   assert_ok(gpumem_free(f->pool, b, NULL));
   assert_ok(gpumem_pool_release(f->pool, NULL, GPUMEM_POOL_RELEASE_ALL_STREAMS));
   /* b lay in [1.5, 5.5) units: units 2 to 4 are unmapped, the halves beside a and c stay. */
-  gpumem_pool_info_t i = info_of(f->pool);
+  gpumem_pool_info_t i = pool_info_of(f->pool);
   assert_int_equal(i.total_bytes, 3 * UNIT);
   assert_int_equal(i.free_bytes, UNIT);
   assert_int_equal(i.used_bytes, 2 * UNIT);
@@ -157,7 +141,7 @@ static void test_pool_ranges_release_unmaps_whole_units(void** state) {
   void* d = alloc_ok(f->pool, 4 * UNIT, NULL);
   assert_ptr_equal(d, b);
   fill(d, 4 * UNIT, 7);
-  assert_int_equal(info_of(f->pool).total_bytes, 6 * UNIT);
+  assert_int_equal(pool_info_of(f->pool).total_bytes, 6 * UNIT);
   expect_filled(a, UNIT + UNIT / 2, 5);
   expect_filled(c, UNIT / 2, 6);
   /* All freed and released: nothing mapped and the range unreserved, while the pool lives. */
@@ -165,7 +149,7 @@ static void test_pool_ranges_release_unmaps_whole_units(void** state) {
   assert_ok(gpumem_free(f->pool, c, NULL));
   assert_ok(gpumem_free(f->pool, d, NULL));
   assert_ok(gpumem_pool_release(f->pool, NULL, GPUMEM_POOL_RELEASE_ALL_STREAMS));
-  i = info_of(f->pool);
+  i = pool_info_of(f->pool);
   assert_int_equal(i.total_bytes, 0);
   assert_int_equal(i.address_bytes, 0);
   assert_int_equal(f->r.mapped, 0);
@@ -189,7 +173,7 @@ static void test_pool_ranges_limit_reuses_fragments(void** state) {
   assert_ok(gpumem_free(f->pool, p[2], NULL));
   void* y = alloc_ok(f->pool, 3 * UNIT, NULL);
   fill(y, 3 * UNIT, 10);
-  const gpumem_pool_info_t i = info_of(f->pool);
+  const gpumem_pool_info_t i = pool_info_of(f->pool);
   assert_true(i.total_bytes <= 8 * UNIT);
   assert_int_equal(i.used_bytes, 7 * UNIT);
   expect_filled(p[1], 2 * UNIT, 8);
@@ -227,16 +211,16 @@ static void test_pool_ranges_grows_next_to_free_memory_between_holes(void** stat
   void* b = alloc_ok(f->pool, 4 * UNIT, NULL);
   assert_ok(gpumem_free(f->pool, a, NULL));
   assert_ok(gpumem_pool_release(f->pool, NULL, GPUMEM_POOL_RELEASE_ALL_STREAMS));
-  assert_int_equal(info_of(f->pool).total_bytes, 4 * UNIT); /* b alone, between holes */
+  assert_int_equal(pool_info_of(f->pool).total_bytes, 4 * UNIT); /* b alone, between holes */
   assert_ok(gpumem_free(f->pool, b, NULL));
   assert_ok(gpumem_pool_set_limit(f->pool, 6 * UNIT));
-  const uint64_t retries = stats_retries(f->pool);
+  const uint64_t retries = stats_of(f->pool).retry_count;
   void* c = alloc_ok(f->pool, 5 * UNIT, NULL);
   fill(c, 5 * UNIT, 16);
   /* One unit mapped beside b's four, within the limit, without giving anything back first. */
   assert_true(c == b || c == (char*)b - UNIT);
-  assert_int_equal(info_of(f->pool).total_bytes, 5 * UNIT);
-  assert_int_equal(stats_retries(f->pool), retries);
+  assert_int_equal(pool_info_of(f->pool).total_bytes, 5 * UNIT);
+  assert_int_equal(stats_of(f->pool).retry_count, retries);
   assert_ok(gpumem_free(f->pool, c, NULL));
   destroy(f);
 }
@@ -252,7 +236,7 @@ static void test_pool_ranges_request_beyond_a_range(void** state) {
   assert_detail_contains("range_size 4,194,304 bytes");
   assert_detail_contains("which the request alone exceeds");
   /* Refused before anything was given back: the cached unit is still there. */
-  const gpumem_pool_info_t i = info_of(f->pool);
+  const gpumem_pool_info_t i = pool_info_of(f->pool);
   assert_int_equal(i.free_bytes, UNIT);
   assert_int_equal(i.total_bytes, UNIT);
   assert_int_equal(f->r.unmaps, 0);
@@ -296,7 +280,7 @@ static void test_pool_ranges_no_addresses(void** state) {
   assert_status(gpumem_alloc(f->pool, UNIT, NULL, &p), GPUMEM_ERROR_OUT_OF_MEMORY);
   assert_null(p);
   assert_detail_contains("the caller's reserve function returned GPUMEM_ERROR_OUT_OF_MEMORY");
-  const gpumem_pool_info_t i = info_of(f->pool);
+  const gpumem_pool_info_t i = pool_info_of(f->pool);
   assert_int_equal(i.total_bytes, 0);
   assert_int_equal(i.address_bytes, 0);
   f->r.refuse_reserve = false;
@@ -312,7 +296,7 @@ static void test_pool_ranges_one_range_per_stream(void** state) {
   void* b = alloc_ok(f->pool, UNIT, STREAM_B);
   fill(a, UNIT, 13);
   fill(b, UNIT, 14);
-  const gpumem_pool_info_t i = info_of(f->pool);
+  const gpumem_pool_info_t i = pool_info_of(f->pool);
   assert_int_equal(i.address_bytes, 2 * RANGE);
   assert_int_equal(i.total_bytes, 2 * UNIT);
   assert_int_equal(i.arena_count, 2);
@@ -321,7 +305,7 @@ static void test_pool_ranges_one_range_per_stream(void** state) {
   assert_ok(gpumem_free(f->pool, b, STREAM_B));
   /* Releasing one stream's arena leaves the other's range alone. */
   assert_ok(gpumem_pool_release(f->pool, STREAM_A, 0));
-  assert_int_equal(info_of(f->pool).address_bytes, RANGE);
+  assert_int_equal(pool_info_of(f->pool).address_bytes, RANGE);
   destroy(f);
 }
 
