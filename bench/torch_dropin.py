@@ -3,7 +3,7 @@
 the same training runs as bench/torch_memory_runs.py (a GPT-style model and a ResNet, batch
 shapes varying from step to step, the same seed), and the time a step takes.
 
-    python3 bench/torch_dropin.py --module build/gpu/bench/libgpumem_torch_allocator.so \\
+    python3 bench/torch_dropin.py --library build/gpu/lib/libgpumem.so.0 \\
         [--steps N] [--runs gpt,resnet] [--configs torch,torch_expandable,gpumem_pool,gpumem_pool_vm]
 
 Each (run, configuration) runs in a fresh process, since PyTorch's allocator can only be chosen
@@ -11,42 +11,36 @@ before CUDA is initialised:
 
     torch             PyTorch's caching allocator (PYTORCH_CUDA_ALLOC_CONF unset)
     torch expandable  the same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-    gpumem pool       libgpumem_torch_allocator.so through CUDAPluggableAllocator, over cuMemAlloc
-                      (GPUMEM_TORCH_UPSTREAM=device)
-    gpumem pool vm    the same over virtual memory, segments growing in place (GPUMEM_TORCH_UPSTREAM=vm)
+    gpumem pool       a gpumem pool over cuMemAlloc made device 0's default allocator, which
+                      libgpumem's gpumem_torch_alloc and gpumem_torch_free serve PyTorch from
+                      (gpumem.torch.install(), through CUDAPluggableAllocator)
+    gpumem pool vm    the same over virtual memory, segments growing in place
 
 Each process prints one `DROPIN <run> <config> key=value ...` line; this script prints them as they
-come and a table at the end. The module needs libgpumem.so on LD_LIBRARY_PATH (<build>/.gpu/run
-sets it on the lent GPU machine). Without PyTorch it prints "no PyTorch: ..." and without a GPU
+come and a table at the end. The gpumem configurations load the Python package from
+bindings/python and the library given by --library (else GPUMEM_LIBRARY, else libgpumem.so.0). Without PyTorch it prints "no PyTorch: ..." and without a GPU
 "no GPU: ...", and exits 0. bench/README.md says what each figure is.
 """
 import argparse
-import ctypes
 import os
 import subprocess
 import sys
 import threading
 import time
 
-CONFIGS = {  # id: (label, environment, through the gpumem module)
-    "torch": ("torch", {}, False),
-    "torch_expandable": ("torch expandable", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, False),
-    "gpumem_pool": ("gpumem pool", {"GPUMEM_TORCH_UPSTREAM": "device"}, True),
-    "gpumem_pool_vm": ("gpumem pool vm", {"GPUMEM_TORCH_UPSTREAM": "vm"}, True),
+CONFIGS = {  # id: (label, environment, gpumem's upstream or None for PyTorch's allocator)
+    "torch": ("torch", {}, None),
+    "torch_expandable": ("torch expandable", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, None),
+    "gpumem_pool": ("gpumem pool", {}, "device"),
+    "gpumem_pool_vm": ("gpumem pool vm", {}, "vm"),
 }
+PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bindings", "python")
 RUNS = ("gpt", "resnet")
 MiB = 1 << 20
 
 
 def config_id(name):
     return name.strip().lower().replace(" ", "_").replace("-", "_")
-
-
-def load_stats(module):
-    lib = ctypes.CDLL(module)
-    lib.gpumem_bench_torch_stats.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)]
-    lib.gpumem_bench_torch_stats.restype = ctypes.c_int
-    return lib
 
 
 # ---- The child: one run under one configuration ----
@@ -82,26 +76,28 @@ def warm_up(torch):
     torch.cuda.synchronize()
 
 
-def child(run, cfg, steps, module):
+def child(run, cfg, steps):
     import torch
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import torch_memory_runs as runs
 
-    lib = None
-    if CONFIGS[cfg][2]:  # before anything initialises CUDA, which fixes the allocator
-        pluggable = torch.cuda.memory.CUDAPluggableAllocator(module, "gpumem_bench_torch_malloc", "gpumem_bench_torch_free")
-        torch.cuda.memory.change_current_allocator(pluggable)
-        lib = load_stats(module)
+    pool = None
+    upstream = CONFIGS[cfg][2]
+    if upstream:  # before anything initialises CUDA in PyTorch, which fixes its allocator
+        sys.path.insert(0, PACKAGE)
+        import gpumem
+        import gpumem.torch
+
+        pool = gpumem.Pool(gpumem.Allocator.vm(0) if upstream == "vm" else gpumem.Allocator.device(0))
+        gpumem.library().gpumem_allocator_set_default(0, pool.handle)  # what gpumem_torch_alloc serves from
+        gpumem.torch.install()
 
     def allocator_peaks():  # (peak reserved, peak live)
-        if lib is None:
+        if pool is None:
             return torch.cuda.max_memory_reserved(device), torch.cuda.max_memory_allocated(device)
-        reserved, in_use = ctypes.c_uint64(), ctypes.c_uint64()
-        status = lib.gpumem_bench_torch_stats(device, ctypes.byref(reserved), ctypes.byref(in_use))
-        if status != 0:
-            raise RuntimeError(f"gpumem_bench_torch_stats({device}) returned {status}")
-        return reserved.value, in_use.value
+        stats = pool.stats()
+        return stats.peak_bytes_reserved, stats.peak_bytes_in_use
 
     torch.cuda.init()
     device = torch.cuda.current_device()
@@ -182,7 +178,8 @@ def print_table(rows):
 
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--module", help="libgpumem_torch_allocator.so (needed for the gpumem configurations)")
+    p.add_argument("--library", help="libgpumem.so.0 for the gpumem configurations (default: GPUMEM_LIBRARY, "
+                   "else the dynamic loader's search)")
     p.add_argument("--steps", type=int, default=12, help="training steps a run (default 12, as torch_memory_runs.py)")
     p.add_argument("--runs", default=",".join(RUNS), help="comma-separated: gpt, resnet")
     p.add_argument("--configs", default=",".join(CONFIGS),
@@ -200,10 +197,8 @@ def main(argv):
     for c in configs:
         if c not in CONFIGS:
             p.error(f"unknown configuration {c!r}: the configurations are {', '.join(CONFIGS)}")
-    module = os.path.abspath(a.module) if a.module else None
-
     if a.child:
-        return child(a.child[0], a.child[1], a.steps, module)
+        return child(a.child[0], a.child[1], a.steps)
 
     try:
         import torch
@@ -213,24 +208,18 @@ def main(argv):
     if not torch.cuda.is_available():
         print("no GPU: torch.cuda.is_available() is False")
         return 0
-    if any(CONFIGS[c][2] for c in configs):
-        if module is None:
-            p.error("--module PATH (libgpumem_torch_allocator.so) is needed for the gpumem configurations")
-        try:
-            load_stats(module)
-        except OSError as e:
-            print(f"cannot load {module}: {e} (libgpumem.so must be on LD_LIBRARY_PATH: <build>/.gpu/run sets it)",
-                  file=sys.stderr)
-            return 2
+    library = os.path.abspath(a.library) if a.library else None
+    if library and not os.path.exists(library):
+        p.error(f"--library {a.library}: no such file")
 
     rows, failed, device_line = [], 0, None
     for run in run_names:
         for cfg in configs:
-            env = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_CUDA_ALLOC_CONF", "GPUMEM_TORCH_UPSTREAM")}
+            env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
             env.update(CONFIGS[cfg][1])
+            if library:
+                env["GPUMEM_LIBRARY"] = library
             cmd = [sys.executable, os.path.abspath(__file__), "--child", run, cfg, "--steps", str(a.steps)]
-            if module:
-                cmd += ["--module", module]
             try:
                 done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, timeout=a.timeout)
             except subprocess.TimeoutExpired:
