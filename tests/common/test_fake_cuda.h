@@ -1,10 +1,12 @@
 /* The fake driver's test hooks (tests/driver/fake_cuda.c), for suites run with GPUMEM_CUDA_DRIVER
- * naming it. dlopen by the same path finds the copy gpumem opened. Include after test_util.h. */
+ * naming it. dlopen by the same path finds the copy gpumem opened. */
 #ifndef GPUMEM_TEST_FAKE_CUDA_H
 #define GPUMEM_TEST_FAKE_CUDA_H
 
 #include <dlfcn.h>
 #include <stdlib.h>
+
+#include "test_util.h"
 
 static inline void* fake_symbol(const char* name) {
   static void* fake;
