@@ -13,6 +13,7 @@
 #include "copy.h"
 #include "core.h"
 #include "cuda_pool.h"
+#include "cupy.h"
 #include "device.h"
 #include "memory.h"
 #include "pin.h"

@@ -1,0 +1,75 @@
+// Other libraries' allocator entry points at the C boundary: PyTorch's pluggable allocator and
+// CuPy's C-function allocator. They are gpumem_alloc() and gpumem_free() with those libraries'
+// signatures, so a NULL or nothing is all they answer.
+#include "alloc/defaults.hpp"
+#include "capi/guard.hpp"
+#include "gpumem/cupy.h"
+#include "gpumem/torch.h"
+
+using gpumem::fail;
+using gpumem::alloc::Allocator;
+using gpumem::capi::guard;
+
+namespace {
+
+// The default of the device the caller names, not of the thread's current context: PyTorch and
+// CuPy free on whichever thread drops the memory, whose current device may be another.
+Allocator* default_of(int32_t device) {
+  if (device < 0) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "device is %d; devices are numbered from 0", device);
+  return gpumem::alloc::get_default(device);
+}
+
+// A CuPy target as gpumem_cupy_alloc() and gpumem_cupy_free() read it, checked.
+const gpumem_cupy_target_t& target_of(const void* target) {
+  if (!target) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "target is NULL");
+  const auto& t = *static_cast<const gpumem_cupy_target_t*>(target);
+  if (t.struct_size != sizeof t)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "target->struct_size is %zu; set it to sizeof (%zu)", t.struct_size, sizeof t);
+  return t;
+}
+
+Allocator* allocator_of(const gpumem_cupy_target_t& target, int32_t device) {
+  return target.allocator ? Allocator::from(target.allocator) : default_of(device);
+}
+
+}  // namespace
+
+extern "C" {
+
+GPUMEM_API void* gpumem_torch_alloc(ptrdiff_t size, int32_t device, gpumem_stream_t stream) {
+  void* ptr = nullptr;
+  guard([&] {
+    if (size < 0) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "size is %td; PyTorch asks for 0 bytes or more", size);
+    // PyTorch asks for 0 bytes for an empty tensor and takes NULL as a failure, while gpumem
+    // refuses a size of 0: an empty tensor gets the smallest block.
+    ptr = default_of(device)->allocate(size > 0 ? static_cast<size_t>(size) : 1, stream);
+  });
+  return ptr;
+}
+
+GPUMEM_API void gpumem_torch_free(void* ptr, ptrdiff_t size, int32_t device, gpumem_stream_t stream) {
+  (void)size;
+  // The status has nowhere to go: the guard leaves its detail for gpumem_last_error_detail().
+  (void)guard([&] {
+    if (ptr) default_of(device)->deallocate(ptr, stream);
+  });
+}
+
+GPUMEM_API void* gpumem_cupy_alloc(void* target, size_t size, int32_t device) {
+  void* ptr = nullptr;
+  guard([&] {
+    const gpumem_cupy_target_t& t = target_of(target);
+    if (size == 0) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "size is 0");
+    ptr = allocator_of(t, device)->allocate(size, t.stream);
+  });
+  return ptr;
+}
+
+GPUMEM_API void gpumem_cupy_free(void* target, void* ptr, int32_t device) {
+  (void)guard([&] {
+    const gpumem_cupy_target_t& t = target_of(target);
+    if (ptr) allocator_of(t, device)->deallocate(ptr, t.stream);
+  });
+}
+
+}  // extern "C"

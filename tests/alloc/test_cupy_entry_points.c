@@ -1,0 +1,164 @@
+/* CuPy's C-function allocator (gpumem_cupy_alloc, gpumem_cupy_free): the target's allocator
+ * serves it on the target's stream, or the default allocator of CuPy's device when the target
+ * names none, and failures answer NULL or nothing while leaving their detail. A host pool stands
+ * in for a device's in CI; the default allocator needs a GPU. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "test_util.h"
+
+/* Leaves a known detail, so a later one shows that a call that returns no status wrote its own. */
+static void set_known_detail(void) {
+  void* p = NULL;
+  assert_status(gpumem_alloc(NULL, 0, NULL, &p), GPUMEM_ERROR_INVALID_ARGUMENT);
+  assert_detail_contains("size is 0");
+}
+
+static gpumem_allocator_t* host_pool(gpumem_allocator_t** out_upstream) {
+  assert_ok(gpumem_allocator_create_host(0, out_upstream));
+  gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
+  params.upstream = *out_upstream;
+  gpumem_allocator_t* pool = NULL;
+  assert_ok(gpumem_pool_create(&params, &pool));
+  return pool;
+}
+
+static void destroy_pool(gpumem_allocator_t* pool, gpumem_allocator_t* upstream) {
+  assert_ok(gpumem_allocator_destroy(pool));
+  assert_ok(gpumem_allocator_destroy(upstream));
+}
+
+static gpumem_cupy_target_t target_of(gpumem_allocator_t* allocator, gpumem_stream_t stream) {
+  gpumem_cupy_target_t t = {sizeof t, allocator, stream};
+  return t;
+}
+
+/* ---- No driver needed ---- */
+
+static void test_cupy_entry_points_alloc_from_target(void** state) {
+  (void)state;
+  gpumem_allocator_t* upstream = NULL;
+  gpumem_allocator_t* pool = host_pool(&upstream);
+  gpumem_cupy_target_t target = target_of(pool, (gpumem_stream_t)0x1000);
+
+  enum { SIZE = 1000 };
+  unsigned char* p = gpumem_cupy_alloc(&target, SIZE, 0);
+  assert_non_null(p);
+  memset(p, 0x5a, SIZE);
+  gpumem_allocator_stats_t s = stats_of(pool);
+  assert_int_equal(s.alloc_count, 1);
+  assert_int_equal(s.bytes_requested, SIZE);
+  assert_int_equal(s.bytes_in_use, 1024);
+
+  /* The free goes back on the target's stream, whose arena hands the block out again at once. */
+  gpumem_cupy_free(&target, p, 0);
+  s = stats_of(pool);
+  assert_int_equal(s.free_count, 1);
+  assert_int_equal(s.bytes_in_use, 0);
+  const gpumem_pool_info_t info = pool_info_of(pool);
+  assert_int_equal(info.pending_bytes, 0);
+  unsigned char* again = gpumem_cupy_alloc(&target, SIZE, 0);
+  assert_ptr_equal(again, p);
+  gpumem_cupy_free(&target, again, 0);
+  destroy_pool(pool, upstream);
+}
+
+static void test_cupy_entry_points_bad_input(void** state) {
+  (void)state;
+  gpumem_allocator_t* upstream = NULL;
+  gpumem_allocator_t* pool = host_pool(&upstream);
+  gpumem_cupy_target_t target = target_of(pool, NULL);
+
+  set_known_detail();
+  assert_null(gpumem_cupy_alloc(NULL, 1024, 0));
+  assert_detail_contains("target is NULL");
+  assert_null(gpumem_cupy_alloc(&target, 0, 0));
+  assert_detail_contains("size is 0");
+  gpumem_cupy_target_t short_target = target;
+  short_target.struct_size = sizeof(size_t);
+  assert_null(gpumem_cupy_alloc(&short_target, 1024, 0));
+  assert_detail_contains("target->struct_size is 8");
+
+  void* p = gpumem_cupy_alloc(&target, 1024, 0);
+  assert_non_null(p);
+  set_known_detail();
+  gpumem_cupy_free(NULL, p, 0);
+  assert_detail_contains("target is NULL");
+  set_known_detail();
+  gpumem_cupy_free(&short_target, p, 0);
+  assert_detail_contains("target->struct_size is 8");
+  assert_int_equal(stats_of(pool).bytes_in_use, 1024);
+
+  /* A pointer the pool did not hand out, and a double free, are refused and change nothing. */
+  static char foreign[1024];
+  set_known_detail();
+  gpumem_cupy_free(&target, foreign, 0);
+  assert_detail_contains("was not allocated by this pool");
+  gpumem_cupy_free(&target, p, 0);
+  set_known_detail();
+  gpumem_cupy_free(&target, p, 0);
+  assert_detail_contains("was not allocated by this pool");
+  assert_int_equal(stats_of(pool).free_count, 1);
+
+  /* NULL is a free of nothing: no failure, so the earlier detail stays. */
+  set_known_detail();
+  gpumem_cupy_free(&target, NULL, 0);
+  assert_detail_contains("size is 0");
+  destroy_pool(pool, upstream);
+}
+
+static void test_cupy_entry_points_default_allocator_needs_device(void** state) {
+  (void)state;
+  gpumem_cupy_target_t target = target_of(NULL, NULL);
+  set_known_detail();
+  assert_null(gpumem_cupy_alloc(&target, 1024, -1));
+  assert_detail_contains("device is -1");
+  if (gpu_available()) return;
+  set_known_detail();
+  assert_null(gpumem_cupy_alloc(&target, 1024, 0));
+  assert_true(strstr(gpumem_last_error_detail(), "size is 0") == NULL);
+  assert_true(gpumem_last_error_detail()[0] != '\0');
+}
+
+/* ---- On a GPU ---- */
+
+static void test_cupy_entry_points_default_allocator(void** state) {
+  (void)state;
+  require_gpu();
+  gpumem_allocator_t* pool = NULL;
+  assert_ok(gpumem_allocator_get_default(0, &pool));
+  const gpumem_allocator_stats_t before = stats_of(pool);
+  gpumem_cupy_target_t target = target_of(NULL, GPUMEM_STREAM_PER_THREAD);
+
+  enum { SIZE = 1000 };
+  unsigned char* p = gpumem_cupy_alloc(&target, SIZE, 0);
+  assert_non_null(p);
+  assert_int_equal(stats_of(pool).bytes_in_use, before.bytes_in_use + 1024);
+  assert_ok(gpumem_memset(p, 0x5a, 1, SIZE));
+  unsigned char host[SIZE];
+  memset(host, 0, sizeof host);
+  assert_ok(gpumem_copy(host, p, SIZE));
+  for (size_t i = 0; i < SIZE; ++i) assert_int_equal(host[i], 0x5a);
+  gpumem_cupy_free(&target, p, 0);
+  const gpumem_allocator_stats_t s = stats_of(pool);
+  assert_int_equal(s.free_count, before.free_count + 1);
+  assert_int_equal(s.bytes_in_use, before.bytes_in_use);
+
+  set_known_detail();
+  assert_null(gpumem_cupy_alloc(&target, 1024, gpu_count()));
+  assert_detail_contains("does not exist");
+}
+
+int main(void) {
+  /* The device pool's limit would otherwise come from the environment. */
+  unsetenv("GPUMEM_GPU_MEMORY_LIMIT");
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_cupy_entry_points_alloc_from_target),
+      cmocka_unit_test(test_cupy_entry_points_bad_input),
+      cmocka_unit_test(test_cupy_entry_points_default_allocator_needs_device),
+      cmocka_unit_test(test_cupy_entry_points_default_allocator),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
