@@ -111,6 +111,9 @@ TABLE = [
     ("gpumem_vm_params_init", [POINTER(t.VmParams), c_size_t], _status),
     ("gpumem_allocator_create_vm", [POINTER(t.VmParams), _out_p], _status),
     ("gpumem_vm_get_info", [_p, POINTER(t.VmInfo)], _status),
+    # cupy.h (int32_t is CuPy's int)
+    ("gpumem_cupy_alloc", [_p, c_size_t, c_int32], c_void_p),
+    ("gpumem_cupy_free", [_p, _p, c_int32], None),
     # torch.h (ptrdiff_t is ssize_t, PyTorch's type, on LP64 Linux)
     ("gpumem_torch_alloc", [c_ssize_t, c_int32, _p], c_void_p),
     ("gpumem_torch_free", [_p, c_ssize_t, c_int32, _p], None),

@@ -139,6 +139,11 @@ class CudaPoolInfo(ctypes.Structure):
     ]
 
 
+class CupyTarget(ctypes.Structure):
+    _c_name_ = "gpumem_cupy_target_t"
+    _fields_ = [("struct_size", c_size_t), ("allocator", c_void_p), ("stream", c_void_p)]
+
+
 class DeviceInfo(ctypes.Structure):
     _c_name_ = "gpumem_device_info_t"
     _fields_ = [
@@ -321,6 +326,7 @@ STRUCTS = [
     Copy2D,
     Copy3D,
     CudaPoolParams,
+    CupyTarget,
     CudaPoolInfo,
     DeviceInfo,
     PinStats,

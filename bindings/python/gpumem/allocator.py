@@ -3,11 +3,14 @@
 Lifetimes follow the library's refusals: a Buffer keeps its allocator alive, a Pool its upstream,
 and closing an allocator that still has live buffers raises Busy. Finalizers free what Python
 collects and never raise, so an interpreter that exits with live objects exits quietly; they run
-at exit in the reverse order of creation, buffers before the allocators they came from.
+at exit in the reverse order of creation, buffers before the allocators they came from. An
+allocator the library refuses to destroy from a finalizer (a default, a thread's override, one
+with memory freed by address only) keeps what it relies on, callbacks included, for good.
 """
 import ctypes
 import dataclasses
 import enum
+import os
 import sys
 import traceback
 import weakref
@@ -38,6 +41,21 @@ class BlockState(enum.IntEnum):
     IN_USE = 1
     PENDING = 2
     UNMAPPED = 3
+
+
+class StreamReuse(enum.IntEnum):
+    """Whether a pool lends one stream's free memory to another stream (gpumem_stream_reuse)."""
+
+    NEVER = 0
+    FENCE = 1
+    HOST_WAIT = 2
+
+
+class PeerAccess(enum.IntEnum):
+    """What another device may do with an allocator's memory (gpumem_peer_access)."""
+
+    NONE = 0
+    READ_WRITE = 1
 
 
 class CudaPoolSource(enum.IntEnum):
@@ -81,6 +99,27 @@ class PoolInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class CudaPoolInfo:
+    """What a CUDA memory pool holds, from its attributes (gpumem_cuda_pool_info_t)."""
+
+    reserved: int
+    reserved_high: int
+    used: int
+    used_high: int
+    release_threshold: int
+
+
+@dataclasses.dataclass(frozen=True)
+class VmInfo:
+    """What a VM allocator holds (gpumem_vm_info_t)."""
+
+    map_unit: int
+    range_size: int
+    reserved_bytes: int
+    mapped_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
 class HookInfo:
     """What a hook is told (gpumem_hook_info_t); `allocator`, `ptr` and `stream` are ints."""
 
@@ -110,18 +149,24 @@ def _report(error, where):
 
 
 def _free_quietly(allocator, ptr, stream):
+    if allocator._destroyed:
+        return  # closed by force, which freed the memory; the handle may name another allocator now
     try:
         library().gpumem_free(allocator.handle, ptr, stream)
     except (Error, LibraryError):
         pass
 
 
+# What allocators the library would not destroy rely on: their callbacks may still be called.
+_kept_for_good = []
+
+
 def _destroy_quietly(handle, keep):
-    # `keep` holds what must outlive the handle (a pool's upstream) until it is destroyed.
+    # `keep` holds what must outlive the handle (a pool's upstream, callbacks) until it is destroyed.
     try:
         library().gpumem_allocator_destroy(handle)
     except (Error, LibraryError):
-        pass
+        _kept_for_good.append(keep)
 
 
 class Buffer:
@@ -134,13 +179,14 @@ class Buffer:
 
     @property
     def freed(self):
-        """Whether the memory went back to the allocator."""
-        return not self._finalizer.alive
+        """Whether the memory went back to the allocator (by free(), or by closing it with force)."""
+        return not self._finalizer.alive or self.allocator._destroyed
 
     def free(self, stream=None):
         """Frees the memory, on `stream` if given, else on the stream it was allocated on. Freeing
         a freed buffer does nothing: the address may belong to another buffer by then."""
-        if not self._finalizer.alive:
+        if self.freed:
+            self._finalizer.detach()
             return
         library().gpumem_free(self.allocator.handle, self.ptr, self.stream if stream is None else stream)
         self._finalizer.detach()
@@ -208,6 +254,7 @@ class Allocator:
         (objects that must outlive the handle) released only then."""
         self._handle = handle
         self.owned = owned
+        self._destroyed = False  # by close(): buffers still referring to it must not free through it
         # Hook callbacks stay alive as long as the allocator object, removed or not: a call on
         # another thread may still run a hook it saw before the removal.
         self._callbacks = []
@@ -223,12 +270,18 @@ class Allocator:
         """Whether close() destroyed the allocator."""
         return self.owned and not self._finalizer.alive
 
-    def close(self):
+    def close(self, force=False):
         """Destroys the allocator: Busy while buffers are live or a pool relies on it, InvalidHandle
-        when closed already. A borrowed allocator (device_pool(), from_handle()) is left alone."""
+        when closed already. With `force`, live buffers are freed first (gpumem_allocator_destroy_force)
+        and become freed; Busy still while something relies on it. A borrowed allocator
+        (device_pool(), from_handle()) is left alone."""
         if not self.owned:
             return
-        library().gpumem_allocator_destroy(self._handle)
+        if force:
+            library().gpumem_allocator_destroy_force(self._handle)
+        else:
+            library().gpumem_allocator_destroy(self._handle)
+        self._destroyed = True
         self._finalizer.detach()
 
     def __enter__(self):
@@ -244,8 +297,11 @@ class Allocator:
 
     @classmethod
     def from_handle(cls, handle):
-        """Borrows an allocator made elsewhere: never destroyed from Python."""
-        return Allocator(handle, owned=False)
+        """Borrows an allocator made elsewhere, as this class (CudaPoolAllocator.from_handle() for
+        a CUDA-pool allocator's calls): never destroyed from Python."""
+        allocator = cls.__new__(cls)
+        Allocator.__init__(allocator, handle, owned=False)
+        return allocator
 
     @classmethod
     def device(cls, device=0):
@@ -254,18 +310,20 @@ class Allocator:
 
     @classmethod
     def device_async(cls, device=0, cuda_pool=None):
-        """An allocator of stream-ordered device memory from a CUDA pool (None: the device's current one)."""
+        """An allocator of stream-ordered device memory from a CUDA pool: a CUmemoryPool as an int, a
+        CudaPoolAllocator's, or None for the device's current one."""
+        cuda_pool = getattr(cuda_pool, "cuda_pool", cuda_pool)
         return Allocator(_create(library().gpumem_allocator_create_device_async, device, cuda_pool))
 
     @classmethod
     def managed(cls, device=0, flags=0):
-        """An allocator of managed memory (cuMemAllocManaged); flags as gpumem_managed_alloc's."""
-        return Allocator(_create(library().gpumem_allocator_create_managed, device, flags))
+        """An allocator of managed memory (cuMemAllocManaged); flags 0 or one gpumem.ManagedFlags."""
+        return Allocator(_create(library().gpumem_allocator_create_managed, device, int(flags)))
 
     @classmethod
     def pinned(cls, flags=0):
-        """An allocator of pinned host memory (cuMemHostAlloc); flags as gpumem_host_alloc's."""
-        return Allocator(_create(library().gpumem_allocator_create_pinned, flags))
+        """An allocator of pinned host memory (cuMemHostAlloc), with gpumem.HostAllocFlags."""
+        return Allocator(_create(library().gpumem_allocator_create_pinned, int(flags)))
 
     @classmethod
     def host(cls, alignment=0):
@@ -279,7 +337,7 @@ class Allocator:
         params = _types.VmParams()
         lib.gpumem_vm_params_init(ctypes.byref(params), ctypes.sizeof(params))
         params.device, params.map_unit, params.range_size = device, map_unit, range_size
-        return Allocator(_create(lib.gpumem_allocator_create_vm, ctypes.byref(params)))
+        return VmAllocator(_create(lib.gpumem_allocator_create_vm, ctypes.byref(params)))
 
     @classmethod
     def cuda_pool(
@@ -297,7 +355,14 @@ class Allocator:
         lib.gpumem_cuda_pool_params_init(ctypes.byref(params), ctypes.sizeof(params))
         params.device, params.source, params.pool = device, source, pool
         params.max_size, params.release_threshold = max_size, release_threshold
-        return Allocator(_create(lib.gpumem_allocator_create_cuda_pool, ctypes.byref(params)))
+        return CudaPoolAllocator(_create(lib.gpumem_allocator_create_cuda_pool, ctypes.byref(params)))
+
+    @classmethod
+    def functions(cls, alloc, free=None, **options):
+        """An allocator whose memory comes from Python functions: see gpumem.FunctionsAllocator."""
+        from .functions import FunctionsAllocator
+
+        return FunctionsAllocator(alloc, free, **options)
 
     @property
     def device_id(self):
@@ -332,6 +397,17 @@ class Allocator:
     def reset_peaks(self):
         """Sets the peaks of the statistics to the current values."""
         library().gpumem_allocator_reset_peaks(self._handle)
+
+    def set_peer_access(self, peer_device, access=PeerAccess.READ_WRITE):
+        """Lets another device's kernels reach this allocator's memory (PeerAccess.NONE: stops them,
+        where the kind allows); NotSupported for kinds that cannot share their memory."""
+        library().gpumem_allocator_set_peer_access(self._handle, peer_device, int(access))
+
+    def trace(self, path):
+        """Starts recording this allocator's events to a file: see gpumem.trace_start()."""
+        from .trace import trace_start
+
+        return trace_start(self, path)
 
     def add_hook(self, events, fn):
         """Calls fn(HookInfo) on the given HookEvent events, on the thread of each call; returns a
@@ -372,9 +448,36 @@ class Pool(Allocator):
         library().gpumem_pool_get_info(self._handle, ctypes.byref(info))
         return _from_struct(PoolInfo, info)
 
+    @classmethod
+    def from_handle(cls, handle):
+        """Borrows a pool made elsewhere: never destroyed from Python; its upstream is not known."""
+        pool = super().from_handle(handle)
+        pool.upstream = None
+        return pool
+
     def set_limit(self, limit):
         """Sets the most bytes the pool may hold from its upstream (0: no limit)."""
         library().gpumem_pool_set_limit(self._handle, limit)
+
+    def set_limit_fraction(self, fraction):
+        """Sets the limit as a fraction in (0, 1] of the device's memory; InvalidArgument for a
+        pool of host memory."""
+        library().gpumem_pool_set_limit_fraction(self._handle, fraction)
+
+    def set_stream_reuse(self, reuse):
+        """Sets whether the pool lends free memory across streams, as a StreamReuse."""
+        library().gpumem_pool_set_stream_reuse(self._handle, int(reuse))
+
+    def record_stream(self, memory, stream):
+        """Marks a live allocation (a Buffer or an address) as used on another stream too, so that
+        once freed it is handed out again only after that stream's work up to the free (PyTorch's
+        record_stream)."""
+        library().gpumem_pool_record_stream(self._handle, _ptr.memory(memory, writable=False).address, stream)
+
+    def snapshot_json(self, path):
+        """Writes the pool's snapshot as JSON to a file (created or replaced): its totals, then its
+        segments with their blocks (docs/pool.md gives the shape)."""
+        library().gpumem_pool_snapshot_json(self._handle, os.fsencode(os.fspath(path)))
 
     def snapshot(self):
         """Every block the pool holds, as dicts (segment, segment_size, address, size, requested,
@@ -404,10 +507,49 @@ class Pool(Allocator):
         return blocks
 
 
+class CudaPoolAllocator(Allocator):
+    """An allocator over a CUDA memory pool, from Allocator.cuda_pool(): the pool's own counters
+    and settings, beside the allocator's statistics."""
+
+    @property
+    def cuda_pool(self):
+        """The CUDA memory pool (a CUmemoryPool / cudaMemPool_t) as an int, for calls gpumem does not
+        wrap; it lives as long as the allocator."""
+        out = ctypes.c_void_p()
+        library().gpumem_cuda_pool_get(self._handle, ctypes.byref(out))
+        return out.value or 0
+
+    def info(self):
+        """What the CUDA pool holds: its numbers, counting any other user of a shared pool."""
+        info = _types.new(_types.CudaPoolInfo)
+        library().gpumem_cuda_pool_get_info(self._handle, ctypes.byref(info))
+        return _from_struct(CudaPoolInfo, info)
+
+    def reset_pool_peaks(self):
+        """Restarts the CUDA pool's high watermarks (reserved_high, used_high) from now; reset_peaks()
+        resets the allocator's statistics."""
+        library().gpumem_cuda_pool_reset_peaks(self._handle)
+
+    def set_release_threshold(self, nbytes):
+        """Sets the bytes the CUDA pool keeps reserved at a synchronize (2**64 - 1: everything)."""
+        library().gpumem_cuda_pool_set_release_threshold(self._handle, nbytes)
+
+    def trim(self, keep_bytes=0):
+        """Returns the CUDA pool's unused memory to the system until it holds about `keep_bytes`."""
+        library().gpumem_cuda_pool_trim(self._handle, keep_bytes)
+
+
+class VmAllocator(Allocator):
+    """An allocator of device memory mapped into reserved addresses, from Allocator.vm()."""
+
+    def info(self):
+        """Its map unit and range size as in effect, and the addresses reserved and memory mapped now."""
+        info = _types.new(_types.VmInfo)
+        library().gpumem_vm_get_info(self._handle, ctypes.byref(info))
+        return _from_struct(VmInfo, info)
+
+
 def device_pool(device=0):
     """The pool of a device (gpumem_pool_get_device): it lives as long as the process, and Python
     never destroys it."""
-    pool = Pool.__new__(Pool)
-    Allocator.__init__(pool, _create(library().gpumem_pool_get_device, device), owned=False)
-    pool.upstream = None
-    return pool
+    return Pool.from_handle(_create(library().gpumem_pool_get_device, device))

@@ -2,7 +2,8 @@
 
 Memory arguments take an int address, a gpumem.Buffer, a ctypes object or a writable buffer
 (bytearray, memoryview); a source may also be bytes. Where the size of either side is known it
-bounds the operation, and it is the default size.
+bounds the operation, and it is the default size. 2D and 3D copies also take a gpumem.Array as a
+side.
 """
 import ctypes
 import dataclasses
@@ -10,6 +11,11 @@ import enum
 
 from . import _ptr, _types
 from ._lib import library
+from .array import Array
+
+STREAM_LEGACY = 0x1  # GPUMEM_STREAM_LEGACY: the legacy default stream, named explicitly
+STREAM_PER_THREAD = 0x2  # GPUMEM_STREAM_PER_THREAD: the calling thread's per-thread default stream
+COPY_STAGING_LIMIT = 32 << 20  # GPUMEM_COPY_STAGING_LIMIT: most bytes of staging memory held at once
 
 
 class MemoryType(enum.IntEnum):
@@ -80,31 +86,58 @@ def memset_async(dst, value, count=None, *, element_size=1, stream=0):
 
 
 _COPY2D_FIELDS = {name for name, _ in _types.Copy2D._fields_} - {"struct_size"}
+_COPY3D_FIELDS = {name for name, _ in _types.Copy3D._fields_} - {"struct_size"}
 
 
-def _copy2d(fields):
-    lib = library()
-    desc = _types.Copy2D()
-    lib.gpumem_copy2d_init(ctypes.byref(desc), ctypes.sizeof(desc))
-    unknown = set(fields) - _COPY2D_FIELDS
+def _array_handle(value):
+    return value.handle if isinstance(value, Array) else value
+
+
+def _describe(struct_type, init, known, fields):
+    """The struct of a 2D or 3D copy, and what its sides' memory needs kept alive during the call.
+    A side given as an Array goes to its _array field; a side whose size Python knows is checked to
+    hold the whole region."""
+    desc = struct_type()
+    init(ctypes.byref(desc), ctypes.sizeof(desc))
+    unknown = set(fields) - known
     if unknown:
-        raise TypeError(f"unknown copy2d field(s): {', '.join(sorted(unknown))}")
+        kind = "copy3d" if "depth" in known else "copy2d"
+        raise TypeError(f"unknown {kind} field(s): {', '.join(sorted(unknown))}")
+    fields = dict(fields)
+    for side in ("dst", "src"):
+        if isinstance(fields.get(side), Array):
+            if fields.get(f"{side}_array") is not None:
+                raise TypeError(f"{side} and {side}_array are both arrays")
+            fields[f"{side}_array"] = fields.pop(side)
+    keep = []
     for name, value in fields.items():
+        if name.endswith("_array"):
+            keep.append(value)
+            value = _array_handle(value)
         if name not in ("dst", "src"):
             setattr(desc, name, value)
     width, height = fields.get("width", 0), fields.get("height", 0)
-    keep = []
+    depth = fields.get("depth", 1) if "depth" in known else 1
     for side in ("dst", "src"):
         if side not in fields:
             continue
         mem = _ptr.memory(fields[side], writable=side == "dst")
         keep.append(mem)
         setattr(desc, side, mem.address)
-        if mem.size is not None and width and height:
+        if mem.size is not None and width and height and depth:
             pitch = fields.get(f"{side}_pitch") or width
-            end = (fields.get(f"{side}_y", 0) + height - 1) * pitch + fields.get(f"{side}_x", 0) + width
-            _ptr.sized(side, mem, end)
+            rows = fields.get(f"{side}_height") or height
+            last_row = (fields.get(f"{side}_z", 0) + depth - 1) * rows + fields.get(f"{side}_y", 0) + height - 1
+            _ptr.sized(side, mem, last_row * pitch + fields.get(f"{side}_x", 0) + width)
     return desc, keep
+
+
+def _copy2d(fields):
+    return _describe(_types.Copy2D, library().gpumem_copy2d_init, _COPY2D_FIELDS, fields)
+
+
+def _copy3d(fields):
+    return _describe(_types.Copy3D, library().gpumem_copy3d_init, _COPY3D_FIELDS, fields)
 
 
 def copy2d(**fields):
@@ -118,6 +151,33 @@ def copy2d_async(*, stream=0, **fields):
     """Queues a 2D copy as copy2d() does, on `stream`."""
     desc, _keep = _copy2d(fields)
     library().gpumem_copy2d_async(ctypes.byref(desc), stream)
+
+
+def copy3d(**fields):
+    """A 3D copy, synchronously: `depth` slices of `height` rows of `width` bytes. The keyword
+    arguments are the fields of gpumem_copy3d_t: per side (dst, src) the memory or `_array`, `_x`
+    (bytes), `_y` (rows), `_z` (slices), `_pitch` (bytes per row, 0: width) and `_height` (rows
+    per slice, 0: height)."""
+    desc, _keep = _copy3d(fields)
+    library().gpumem_copy3d(ctypes.byref(desc))
+
+
+def copy3d_async(*, stream=0, **fields):
+    """Queues a 3D copy as copy3d() does, on `stream`."""
+    desc, _keep = _copy3d(fields)
+    library().gpumem_copy3d_async(ctypes.byref(desc), stream)
+
+
+def copy_staging_held():
+    """Bytes of page-locked staging memory gpumem holds for copies with plain host memory."""
+    out = ctypes.c_size_t()
+    library().gpumem_copy_staging_get_held(ctypes.byref(out))
+    return out.value
+
+
+def copy_staging_release():
+    """Frees the staging buffers no copy is using (those in use, when their copy ends)."""
+    library().gpumem_copy_staging_release()
 
 
 def pointer_info(ptr):

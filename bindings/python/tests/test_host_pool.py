@@ -3,10 +3,12 @@ import contextlib
 import ctypes
 import gc
 import io
+import json
 import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 import textwrap
 import unittest
 import weakref
@@ -153,6 +155,88 @@ class HostPoolTest(unittest.TestCase):
     def test_device_of_host_memory(self):
         self.assertEqual(self.pool.device_id, -1)
         self.assertEqual(self.host.device_id, -1)
+
+    def test_snapshot_json(self):
+        a, b = self.pool.alloc(2048), self.pool.alloc(100)
+        b.free()
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "snapshot.json")
+            self.pool.snapshot_json(path)
+            with open(path) as f:
+                snapshot = json.load(f)
+        self.assertEqual((snapshot["format"], snapshot["version"], snapshot["device"]), ("gpumem-pool-snapshot", 1, -1))
+        self.assertEqual(
+            (snapshot["used_bytes"], snapshot["free_bytes"], snapshot["total_bytes"], snapshot["limit"]),
+            (2048, 512, 2560, 0),
+        )
+        blocks = {block["address"]: block for segment in snapshot["segments"] for block in segment["blocks"]}
+        self.assertEqual(
+            (blocks[a.ptr]["size"], blocks[a.ptr]["requested"], blocks[a.ptr]["state"], blocks[a.ptr]["stream"]),
+            (2048, 2048, "in_use", 0),
+        )
+        self.assertEqual((blocks[b.ptr]["size"], blocks[b.ptr]["state"]), (512, "free"))
+        a.free()
+
+    def test_snapshot_json_to_a_path_that_cannot_be_written(self):
+        with self.assertRaises(gpumem.IoError) as caught:
+            self.pool.snapshot_json(pathlib.Path("/nonexistent/folder/snapshot.json"))
+        self.assertIn("cannot create the snapshot file /nonexistent/folder/snapshot.json", caught.exception.detail)
+
+    def test_a_limit_fraction_needs_a_device(self):
+        with self.assertRaises(gpumem.InvalidArgument) as caught:
+            self.pool.set_limit_fraction(0.5)
+        self.assertIn("this pool holds host memory", caught.exception.detail)
+
+    def test_stream_reuse_and_record_stream(self):
+        for reuse in gpumem.StreamReuse:
+            self.pool.set_stream_reuse(reuse)
+        with self.assertRaises(gpumem.InvalidArgument) as caught:
+            self.pool.set_stream_reuse(7)
+        self.assertIn("stream reuse 7 is not one of", caught.exception.detail)
+        with self.pool.alloc(64, stream=0x10) as b:
+            self.pool.record_stream(b, 0x20)  # host memory: only the pointer is checked
+            with self.assertRaises(gpumem.InvalidArgument):
+                self.pool.record_stream(b, gpumem.STREAM_PER_THREAD)
+        with self.assertRaises(gpumem.NotOwned):
+            self.pool.record_stream(b.ptr, 0x20)
+
+    def test_close_by_force_frees_live_buffers(self):
+        pool = gpumem.Pool(self.host)
+        buffers = [pool.alloc(n) for n in (100, 5000)]
+        with self.assertRaises(gpumem.Busy):
+            self.host.close(force=True)  # a pool relies on it: even force is refused
+        pool.close(force=True)
+        self.assertTrue(pool.closed)
+        self.assertTrue(all(b.freed for b in buffers))
+        self.assertEqual(self.host.stats().bytes_in_use, 0)
+        with self.assertRaises(ValueError):
+            gpumem.copy(buffers[0], b"x")
+        buffers[0].free()
+        del buffers
+        gc.collect()
+
+    def test_buffers_of_a_closed_allocator_do_not_free_through_it(self):
+        a = gpumem.Allocator.host()
+        b = a.alloc(64)
+        a.free(b.ptr)  # by address: the Buffer does not know
+        a.close()
+        self.assertTrue(b.freed)
+        b.free()  # nothing: the handle may be another allocator's by now
+        self.assertFalse(b._finalizer.alive)
+
+    def test_a_borrowed_pool(self):
+        borrowed = gpumem.Pool.from_handle(self.pool.handle)
+        self.assertIsInstance(borrowed, gpumem.Pool)
+        self.assertIsNone(borrowed.upstream)
+        with self.pool.alloc(100):
+            self.assertEqual(borrowed.info().used_bytes, 512)
+        borrowed.close()  # borrowed: nothing happens
+        self.assertFalse(borrowed.closed)
+
+    def test_peer_access_is_not_for_host_memory(self):
+        with self.assertRaises(gpumem.NotSupported) as caught:
+            self.pool.set_peer_access(1)
+        self.assertIn("cannot be opened to device 1", caught.exception.detail)
 
 
 class HookTest(unittest.TestCase):

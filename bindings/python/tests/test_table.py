@@ -147,11 +147,20 @@ class HeaderTest(unittest.TestCase):
             (gpumem.allocator.HookEvent, "GPUMEM_HOOK_"),
             (gpumem.allocator.BlockState, "GPUMEM_BLOCK_"),
             (gpumem.allocator.CudaPoolSource, "GPUMEM_CUDA_POOL_"),
+            (gpumem.allocator.StreamReuse, "GPUMEM_STREAM_REUSE_"),
+            (gpumem.allocator.PeerAccess, "GPUMEM_PEER_ACCESS_"),
             (gpumem.memory.MemoryType, "GPUMEM_MEMORY_"),
             (gpumem.pinning.PinState, "GPUMEM_PIN_"),
+            (gpumem.raw.HostAllocFlags, "GPUMEM_HOST_ALLOC_"),
+            (gpumem.raw.HostRegisterFlags, "GPUMEM_HOST_REGISTER_"),
+            (gpumem.raw.ManagedFlags, "GPUMEM_MANAGED_"),
+            (gpumem.raw.Location, "GPUMEM_LOCATION_"),
+            (gpumem.raw.Advice, "GPUMEM_ADVICE_"),
+            (gpumem.array.Format, "GPUMEM_FORMAT_"),
+            (gpumem.trace.TraceEvent, "GPUMEM_TRACE_"),
         ]:
             with self.subTest(enum=cls.__name__):
-                found = re.findall(r"\b" + prefix + r"(\w+)\s*=\s*(0x[0-9a-fA-F]+|\d+)", text)
+                found = re.findall(r"\b" + prefix + r"(\w+)\s*=\s*(0x[0-9a-fA-F]+|-?\d+)", text)
                 self.assertEqual({name: int(member) for name, member in cls.__members__.items()},
                                  {name: int(value, 0) for name, value in found})
 
