@@ -17,20 +17,25 @@ Streams: CuPy's stream handles are gpumem's (`cupy.cuda.Stream.null.ptr` is 0, t
 `cupy.cuda.Stream.ptds.ptr` is 2, GPUMEM_STREAM_PER_THREAD), so memory is allocated on CuPy's
 current stream as it is, and freed on that same stream when CuPy lets go of it. As in CuPy's own
 pool, that stream reuses it at once; the pool hands it to another stream only after a fence.
+
+Where CuPy has `cupy.cuda.memory.CFunctionAllocatorMemory` (CuPy 8 and later), CuPy calls
+libgpumem's gpumem_cupy_alloc and gpumem_cupy_free itself (include/gpumem/cupy.h), through one
+`gpumem_cupy_target_t` per pool and stream, so that an allocation makes no call through ctypes and
+no Buffer; failures take the slower path, which raises gpumem's errors.
 """
 import collections.abc
 import contextlib
+import ctypes
 import gc
 import threading
 
+from . import _types
 from ._lib import library
-from .allocator import Allocator, Buffer, Pool
+from .allocator import Allocator, Buffer, Pool, StreamReuse
 from .errors import Error, OutOfMemory
 
 # GPUMEM_HOST_ALLOC_PORTABLE: pinned for every device, as CuPy's own pinned memory is.
 _HOST_ALLOC_PORTABLE = 0x1
-
-_STREAM_REUSE_NEVER = 0  # GPUMEM_STREAM_REUSE_NEVER
 
 _lock = threading.Lock()
 _installed = []  # _Installation, innermost last
@@ -47,16 +52,80 @@ def default_pool(device):
         pool = _device_pools.get(device)
         if pool is None:
             pool = Pool(Allocator.device(device))
-            library().gpumem_pool_set_stream_reuse(pool.handle, _STREAM_REUSE_NEVER)
+            pool.set_stream_reuse(StreamReuse.NEVER)
             _device_pools[device] = pool
         return pool
 _oom_type = None
+_cupy_module = None
 
 
 def _cupy():
-    import cupy  # on use only: gpumem itself never needs CuPy
+    global _cupy_module
+    if _cupy_module is None:
+        import cupy  # on use only: gpumem itself never needs CuPy
 
-    return cupy
+        _cupy_module = cupy
+    return _cupy_module
+
+
+# (allocator handle, stream) -> the address of its gpumem_cupy_target_t. CuPy's memory holds only
+# that address, to free through it, so the targets live as long as the process: one per pool and
+# stream that ever allocated, a few dozen bytes each.
+_targets = {}
+_targets_kept = []
+_targets_lock = threading.Lock()
+
+
+def _target(allocator, stream):
+    key = (allocator.handle, stream)
+    address = _targets.get(key)
+    if address is None:
+        with _targets_lock:
+            address = _targets.get(key)
+            if address is None:
+                target = _types.CupyTarget(ctypes.sizeof(_types.CupyTarget), key[0], stream)
+                _targets_kept.append(target)
+                address = _targets[key] = ctypes.addressof(target)
+    return address
+
+
+# What CupyAllocator.malloc calls, looked up once by _look_up(): CuPy's functions and, where CuPy
+# has CFunctionAllocatorMemory, the addresses of gpumem_cupy_alloc and gpumem_cupy_free.
+_looked_up = False
+_get_device = _get_stream = _memory_pointer = _cupy_alloc = _cupy_free = None
+_single_device = False  # the process sees one device, so the current one is 0
+_memory_base = None  # CupyMemory, or None without the fast path
+
+
+def _look_up(cupy):
+    global _looked_up, _get_device, _get_stream, _memory_pointer, _cupy_alloc, _cupy_free, _memory_base
+    global _single_device
+    if _looked_up:
+        return
+    with _targets_lock:
+        _single_device = cupy.cuda.runtime.getDeviceCount() == 1
+        device = getattr(cupy.cuda, "device", None)
+        _get_device = getattr(device, "get_device_id", None) or cupy.cuda.runtime.getDevice
+        _get_stream, _memory_pointer = cupy.cuda.get_current_stream, cupy.cuda.MemoryPointer
+        base = getattr(getattr(cupy.cuda, "memory", None), "CFunctionAllocatorMemory", None)
+        if base is not None:
+
+            class CupyMemory(base):
+                """CuPy memory that gpumem_cupy_alloc() gave: `ptr` and `size`, and as class attributes
+                the `allocator` and `stream` it was allocated from and on. Each pool and stream has
+                its subclass, so the memory keeps its pool alive with no field to set."""
+
+                __slots__ = ()
+
+            lib = library()
+            _cupy_alloc = ctypes.cast(lib.gpumem_cupy_alloc, ctypes.c_void_p).value
+            _cupy_free = ctypes.cast(lib.gpumem_cupy_free, ctypes.c_void_p).value
+            _memory_base = CupyMemory
+        _looked_up = True
+
+
+def _memory_type(pool, stream):
+    return type(_memory_base.__name__, (_memory_base,), {"__slots__": (), "allocator": pool, "stream": stream})
 
 
 class CupyAllocator:
@@ -68,13 +137,16 @@ class CupyAllocator:
     Allocator, for its own device; a mapping from device index to Allocator; or a function of the
     device index that returns an Allocator (or None), called once per device. Devices it does not
     name use the first. A pool that lends memory between streams (gpumem.device_pool) must not
-    outlive, with memory cached, a stream CuPy has destroyed. `pinned` is True for a new pool over portable pinned memory, made on
-    first use; an Allocator of host memory to use instead; or False to leave pinned memory alone.
+    outlive, with memory cached, a stream CuPy has destroyed. `pinned` is True for a new pool over
+    portable pinned memory, made on first use; an Allocator of host memory to use instead; or False
+    to leave pinned memory alone.
     """
 
     def __init__(self, pools=None, pinned=True):
         self._lock = threading.Lock()
         self._pools = {}
+        self._targets = {}  # (device, stream) -> (its CupyMemory type, address of its gpumem_cupy_target_t)
+        self.malloc = self._make_malloc()
         self._factory = None
         if pools is None:
             pass
@@ -135,15 +207,38 @@ class CupyAllocator:
                     self._pinned_pool = Pool(Allocator.pinned(_HOST_ALLOC_PORTABLE))
         return self._pinned_pool
 
-    def malloc(self, size):
-        """CuPy's device allocator: `size` bytes from the current device's pool, on the current
-        stream, as a cupy.cuda.MemoryPointer that frees them when CuPy drops it."""
+    def _make_malloc(self):
+        # A closure rather than a method: CuPy calls it for every array, and each attribute and
+        # global it does not look up is time saved on that path.
+        targets, slow = self._targets, self._malloc
+
+        def malloc(size):
+            """CuPy's device allocator: `size` bytes from the current device's pool, on the current
+            stream, as a cupy.cuda.MemoryPointer that frees them when CuPy drops it."""
+            if _memory_base is not None and size:
+                device = 0 if _single_device else _get_device()
+                found = targets.get((device, _get_stream().ptr))
+                if found is not None:
+                    memory = found[0](size, found[1], _cupy_alloc, _cupy_free, device)
+                    if memory.ptr:
+                        return _memory_pointer(memory, 0)
+            return slow(size)
+
+        return malloc
+
+    def _malloc(self, size):
+        # The first allocation on a device and stream, a failure, or a CuPy without the fast path.
         cupy = _cupy()
+        _look_up(cupy)
         if size == 0:
             # As CuPy's own pool: empty arrays hold no memory (gpumem refuses size 0).
             return cupy.cuda.MemoryPointer(cupy.cuda.Memory(0), 0)
-        device = cupy.cuda.runtime.getDevice()
-        buffer = _alloc(cupy, self.pool(device), size, cupy.cuda.get_current_stream().ptr)
+        device, stream = _get_device(), _get_stream().ptr
+        pool = self.pool(device)
+        if _memory_base is not None and (device, stream) not in self._targets:
+            self._targets[(device, stream)] = (_memory_type(pool, stream), _target(pool, stream))
+            return self.malloc(size)
+        buffer = _alloc(cupy, pool, size, stream)
         return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(buffer.ptr, size, buffer, device), 0)
 
     def malloc_pinned(self, size):
@@ -339,10 +434,14 @@ def pinned_pool():
 
 
 def buffer_of(memory):
-    """The gpumem Buffer behind a CuPy array or cupy.cuda.MemoryPointer that gpumem allocated
-    (its ptr, size and stream), or None for other memory."""
+    """The gpumem memory behind a CuPy array or cupy.cuda.MemoryPointer that gpumem allocated, with
+    its `ptr`, `size`, `stream` and `allocator`: a Buffer, or the CupyMemory that CuPy freed through
+    libgpumem itself. None for other memory."""
     data = getattr(memory, "data", memory)  # an ndarray's MemoryPointer
-    owner = getattr(getattr(data, "mem", None), "_owner", None)
+    mem = getattr(data, "mem", None)
+    if _memory_base is not None and isinstance(mem, _memory_base):
+        return mem
+    owner = getattr(mem, "_owner", None)
     return owner if isinstance(owner, Buffer) else None
 
 

@@ -7,6 +7,7 @@ between streams.
 """
 import gc
 import unittest
+import weakref
 
 import gpumem
 import gpumem.cupy
@@ -354,6 +355,27 @@ class CupyTest(unittest.TestCase):
             gpumem.cupy.CupyAllocator(pools={self.device + 1: gpumem.device_pool(self.device)})
         with self.assertRaises(TypeError):
             gpumem.cupy.CupyAllocator(pools=42)
+
+    def test_memory_keeps_its_pool_alive(self):
+        upstream = gpumem.Allocator.device(self.device)
+        mine = gpumem.Pool(upstream)
+        with gpumem.cupy.allocator(pools=mine, pinned=False):
+            a = cupy.full(1000, 7, dtype=cupy.int32)
+        memory = gpumem.cupy.buffer_of(a)
+        self.assertIs(memory.allocator, mine)
+        self.assertEqual((memory.ptr, memory.size, memory.stream), (a.data.ptr, 4000, 0))
+        if hasattr(cupy.cuda.memory, "CFunctionAllocatorMemory"):
+            # CuPy called gpumem_cupy_alloc itself: no Buffer in between.
+            self.assertNotIsInstance(memory, gpumem.Buffer)
+        collected = weakref.ref(mine)
+        del mine, upstream, memory
+        gc.collect()
+        self.assertIsNotNone(collected())  # the array's memory keeps its pool
+        self.assertEqual(int(a.sum()), 7000)
+        self.assertEqual(collected().stats().bytes_in_use, 4096)
+        del a
+        gc.collect()
+        self.assertIsNone(collected())  # then the pool goes, destroyed with nothing live
 
     @unittest.skipUnless(_DEVICES > 1, "needs two CUDA devices")
     def test_each_device_has_its_pool(self):
