@@ -11,6 +11,25 @@ class Memory:
         self.address, self.size, self.keep = address, size, keep
 
 
+class Owned:
+    """What Buffer and RawBuffer share: memory that `free()` gives back, with `ptr`, `size` and
+    `freed`; a with block frees it at its end, and int() is its address."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+    def __int__(self):
+        return self.ptr
+
+    def _gpumem_memory(self):
+        if self.freed:
+            raise ValueError(f"{self!r} is freed")
+        return Memory(self.ptr, self.size, self)
+
+
 def memory(obj, writable=True):
     """A Memory for an int address, a gpumem Buffer, a ctypes object, or a contiguous buffer
     (bytearray, memoryview, array.array; bytes too where the memory is only read)."""

@@ -169,7 +169,7 @@ def _destroy_quietly(handle, keep):
         _kept_for_good.append(keep)
 
 
-class Buffer:
+class Buffer(_ptr.Owned):
     """Memory from an allocator: `ptr`, `size` and `stream`. Freed by free(), at the end of a
     with block, or when collected; it keeps its allocator alive until then."""
 
@@ -190,20 +190,6 @@ class Buffer:
             return
         library().gpumem_free(self.allocator.handle, self.ptr, self.stream if stream is None else stream)
         self._finalizer.detach()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.free()
-
-    def __int__(self):
-        return self.ptr
-
-    def _gpumem_memory(self):
-        if self.freed:
-            raise ValueError(f"{self!r} is freed")
-        return _ptr.Memory(self.ptr, self.size, self)
 
     def __repr__(self):
         state = "freed" if self.freed else f"stream={self.stream:#x}"

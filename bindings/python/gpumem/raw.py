@@ -100,7 +100,7 @@ def _free_raw_quietly(kind, ptr, stream):
         pass
 
 
-class RawBuffer:
+class RawBuffer(_ptr.Owned):
     """One raw allocation: `kind` (a RawKind), `ptr`, `size`, `device` (-1 for pinned host memory)
     and `stream` (that of a stream-ordered allocation, else None)."""
 
@@ -123,20 +123,6 @@ class RawBuffer:
             raise ValueError(f"{self.kind.value} memory is freed synchronously: pass no stream")
         _free_raw(self.kind, self.ptr, self.stream if stream is None else stream)
         self._finalizer.detach()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.free()
-
-    def __int__(self):
-        return self.ptr
-
-    def _gpumem_memory(self):
-        if self.freed:
-            raise ValueError(f"{self!r} is freed")
-        return _ptr.Memory(self.ptr, self.size, self)
 
     def __repr__(self):
         state = "freed" if self.freed else f"device={self.device}"
