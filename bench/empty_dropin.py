@@ -10,9 +10,10 @@ as microseconds per pair; and the random pattern of bench/peers_alloc.py: 1000 a
 log-uniform sizes from 512 B to 64 MiB made, then dropped in a shuffled order, per array.
 
     CuPy      its MemoryPool (cupy.get_default_memory_pool()), its MemoryAsyncPool (the driver's
-              stream-ordered pool), and gpumem.cupy.install(): gpumem's pool per device, which CuPy
-              calls through gpumem_cupy_alloc/gpumem_cupy_free. One process switches between them
-              with cupy.cuda.set_allocator, round after round.
+              stream-ordered pool), and gpumem.cupy's allocator: gpumem's pool per device, which
+              CuPy calls through gpumem_cupy_alloc/gpumem_cupy_free. One process switches between
+              them with cupy.cuda.using_allocator, taking turns at each size, each round starting
+              with another.
     PyTorch   its caching allocator, and gpumem.torch.install(): PyTorch's pluggable allocator over
               gpumem_torch_alloc/gpumem_torch_free and each device's gpumem pool. PyTorch fixes its
               allocator per process, so each round runs one process per allocator, in turn.
@@ -107,17 +108,20 @@ def cupy_child(sizes, count, rounds):
 
     cupy_pool = cupy.get_default_memory_pool()
     async_pool = cupy.cuda.MemoryAsyncPool() if hasattr(cupy.cuda, "MemoryAsyncPool") else None
-    configs = [("cupy pool", cupy_pool.malloc), ("gpumem", None)]
+    # What gpumem.cupy.install() hands cupy.cuda.set_allocator, here through using_allocator, as
+    # CuPy's own pools are.
+    configs = [("cupy pool", cupy_pool.malloc), ("gpumem", gpumem.cupy.CupyAllocator(pinned=False).malloc)]
     if async_pool is not None:
         configs.insert(1, ("cupy async pool", async_pool.malloc))
     synchronize = cupy.cuda.Device().synchronize
     results = {name: [{} for _ in range(rounds)] for name, _ in configs}
-    # Configurations take turns at each size, so that a machine whose speed drifts (a virtual one)
-    # weighs on all of them alike.
+    # Configurations take turns at each size, each round starting with another one, so that a
+    # machine whose speed drifts (a virtual one) weighs on all of them alike.
     for r in range(rounds):
+        turns = configs[r % len(configs) :] + configs[: r % len(configs)]
         for what in sizes + ["pattern"]:
-            for name, malloc in configs:
-                with gpumem.cupy.allocator(pinned=False) if malloc is None else cupy.cuda.using_allocator(malloc):
+            for name, malloc in turns:
+                with cupy.cuda.using_allocator(malloc):
                     results[name][r][key(what)] = measure(empty, synchronize, what, count)
     print("RESULT " + json.dumps(results), flush=True)
 

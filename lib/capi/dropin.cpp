@@ -19,13 +19,8 @@ Allocator* default_of(int32_t device) {
   return gpumem::alloc::get_default(device);
 }
 
-// A CuPy target as gpumem_cupy_alloc() and gpumem_cupy_free() read it, checked.
 const gpumem_cupy_target_t& target_of(const void* target) {
-  if (!target) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "target is NULL");
-  const auto& t = *static_cast<const gpumem_cupy_target_t*>(target);
-  if (t.struct_size != sizeof t)
-    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "target->struct_size is %zu; set it to sizeof (%zu)", t.struct_size, sizeof t);
-  return t;
+  return gpumem::capi::in_struct(static_cast<const gpumem_cupy_target_t*>(target), "target");
 }
 
 Allocator* allocator_of(const gpumem_cupy_target_t& target, int32_t device) {

@@ -65,6 +65,24 @@ static void test_cupy_entry_points_alloc_from_target(void** state) {
   destroy_pool(pool, upstream);
 }
 
+/* A target from a newer gpumem, with fields this library does not know, is read as far as it knows. */
+static void test_cupy_entry_points_accept_a_larger_target(void** state) {
+  (void)state;
+  gpumem_allocator_t* upstream = NULL;
+  gpumem_allocator_t* pool = host_pool(&upstream);
+  struct {
+    gpumem_cupy_target_t known;
+    uint64_t newer_field;
+  } newer = {target_of(pool, NULL), 42};
+  newer.known.struct_size = sizeof newer;
+  void* p = gpumem_cupy_alloc(&newer, 100, 0);
+  assert_non_null(p);
+  assert_int_equal(stats_of(pool).bytes_in_use, 512);
+  gpumem_cupy_free(&newer, p, 0);
+  assert_int_equal(stats_of(pool).bytes_in_use, 0);
+  destroy_pool(pool, upstream);
+}
+
 static void test_cupy_entry_points_bad_input(void** state) {
   (void)state;
   gpumem_allocator_t* upstream = NULL;
@@ -80,6 +98,12 @@ static void test_cupy_entry_points_bad_input(void** state) {
   short_target.struct_size = sizeof(size_t);
   assert_null(gpumem_cupy_alloc(&short_target, 1024, 0));
   assert_detail_contains("target->struct_size is 8");
+
+  gpumem_cupy_target_t huge_target = target;
+  huge_target.struct_size = 65537;
+  assert_null(gpumem_cupy_alloc(&huge_target, 1024, 0));
+  assert_detail_contains("target->struct_size is 65537, more than any gpumem struct");
+  assert_int_equal(stats_of(pool).alloc_count, 0);
 
   void* p = gpumem_cupy_alloc(&target, 1024, 0);
   assert_non_null(p);
@@ -156,6 +180,7 @@ int main(void) {
   unsetenv("GPUMEM_GPU_MEMORY_LIMIT");
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cupy_entry_points_alloc_from_target),
+      cmocka_unit_test(test_cupy_entry_points_accept_a_larger_target),
       cmocka_unit_test(test_cupy_entry_points_bad_input),
       cmocka_unit_test(test_cupy_entry_points_default_allocator_needs_device),
       cmocka_unit_test(test_cupy_entry_points_default_allocator),

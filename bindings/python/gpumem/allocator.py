@@ -159,6 +159,8 @@ def _free_quietly(allocator, ptr, stream):
 
 # What allocators the library would not destroy rely on: their callbacks may still be called.
 _kept_for_good = []
+# Functions of the handle that close() has destroyed, for what keeps handles elsewhere (gpumem.cupy).
+_close_listeners = []
 
 
 def _destroy_quietly(handle, keep):
@@ -269,6 +271,8 @@ class Allocator:
             library().gpumem_allocator_destroy(self._handle)
         self._destroyed = True
         self._finalizer.detach()
+        for listener in _close_listeners:
+            listener(self._handle)
 
     def __enter__(self):
         return self

@@ -31,7 +31,7 @@ import threading
 
 from . import _types
 from ._lib import library
-from .allocator import Allocator, Buffer, Pool, StreamReuse
+from .allocator import Allocator, Buffer, Pool, StreamReuse, _close_listeners
 from .errors import Error, OutOfMemory
 
 # GPUMEM_HOST_ALLOC_PORTABLE: pinned for every device, as CuPy's own pinned memory is.
@@ -69,24 +69,45 @@ def _cupy():
 
 
 # (allocator handle, stream) -> the address of its gpumem_cupy_target_t. CuPy's memory holds only
-# that address, to free through it, so the targets live as long as the process: one per pool and
-# stream that ever allocated, a few dozen bytes each.
+# that address, to free through it, and may be freed as late as the interpreter's shutdown, after
+# this module's objects: the targets are in memory from libc's malloc that nothing frees, one of
+# 24 bytes per pool and stream that ever allocated, as a pool keeps an arena per stream.
 _targets = {}
-_targets_kept = []
 _targets_lock = threading.Lock()
+_libc_malloc = None
 
 
 def _target(allocator, stream):
+    global _libc_malloc
     key = (allocator.handle, stream)
     address = _targets.get(key)
     if address is None:
         with _targets_lock:
             address = _targets.get(key)
             if address is None:
-                target = _types.CupyTarget(ctypes.sizeof(_types.CupyTarget), key[0], stream)
-                _targets_kept.append(target)
-                address = _targets[key] = ctypes.addressof(target)
+                if _libc_malloc is None:
+                    _libc_malloc = ctypes.CDLL(None).malloc
+                    _libc_malloc.argtypes, _libc_malloc.restype = [ctypes.c_size_t], ctypes.c_void_p
+                size = ctypes.sizeof(_types.CupyTarget)
+                address = _libc_malloc(size)
+                if not address:
+                    raise MemoryError(f"out of host memory for a {size}-byte gpumem_cupy_target_t")
+                target = _types.CupyTarget.from_address(address)
+                target.struct_size, target.allocator, target.stream = size, key[0], stream
+                _targets[key] = address
     return address
+
+
+def _forget_targets(handle):
+    # The allocator is destroyed: its handle may name another allocator from now on. Memory that
+    # CuPy still holds through its targets (freed by a forced close) must then not be freed through
+    # them, so each is made invalid (gpumem_cupy_free refuses it and changes nothing).
+    with _targets_lock:
+        for key in [key for key in _targets if key[0] == handle]:
+            _types.CupyTarget.from_address(_targets.pop(key)).struct_size = 0
+
+
+_close_listeners.append(_forget_targets)
 
 
 # What CupyAllocator.malloc calls, looked up once by _look_up(): CuPy's functions and, where CuPy
@@ -103,6 +124,8 @@ def _look_up(cupy):
     if _looked_up:
         return
     with _targets_lock:
+        if _looked_up:
+            return
         _single_device = cupy.cuda.runtime.getDeviceCount() == 1
         device = getattr(cupy.cuda, "device", None)
         _get_device = getattr(device, "get_device_id", None) or cupy.cuda.runtime.getDevice
@@ -222,12 +245,14 @@ class CupyAllocator:
                     memory = found[0](size, found[1], _cupy_alloc, _cupy_free, device)
                     if memory.ptr:
                         return _memory_pointer(memory, 0)
+                    return slow(size, True)
             return slow(size)
 
         return malloc
 
-    def _malloc(self, size):
-        # The first allocation on a device and stream, a failure, or a CuPy without the fast path.
+    def _malloc(self, size, failed=False):
+        # The first allocation on a device and stream, a CuPy without the fast path, or the fast
+        # path `failed` (out of memory, most likely: the pool has tried all it can already).
         cupy = _cupy()
         _look_up(cupy)
         if size == 0:
@@ -235,10 +260,10 @@ class CupyAllocator:
             return cupy.cuda.MemoryPointer(cupy.cuda.Memory(0), 0)
         device, stream = _get_device(), _get_stream().ptr
         pool = self.pool(device)
-        if _memory_base is not None and (device, stream) not in self._targets:
+        if _memory_base is not None and (device, stream) not in self._targets and not pool.closed:
             self._targets[(device, stream)] = (_memory_type(pool, stream), _target(pool, stream))
             return self.malloc(size)
-        buffer = _alloc(cupy, pool, size, stream)
+        buffer = _alloc(cupy, pool, size, stream, failed)
         return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(buffer.ptr, size, buffer, device), 0)
 
     def malloc_pinned(self, size):
@@ -257,11 +282,14 @@ class CupyAllocator:
         return cupy.cuda.PinnedMemoryPointer(_alloc(cupy, pool, size, 0), 0)
 
 
-def _alloc(cupy, pool, size, stream):
-    try:
-        return pool.alloc(size, stream)
-    except OutOfMemory:
-        pass
+def _alloc(cupy, pool, size, stream, failed=False):
+    if pool.closed:
+        raise ValueError(f"{pool!r} serves CuPy but is closed")
+    if not failed:
+        try:
+            return pool.alloc(size, stream)
+        except OutOfMemory:
+            pass
     # As CuPy's own pool: arrays that only reference cycles keep alive go back to the pool first.
     gc.collect()
     try:

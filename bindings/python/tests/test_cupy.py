@@ -373,9 +373,50 @@ class CupyTest(unittest.TestCase):
         self.assertIsNotNone(collected())  # the array's memory keeps its pool
         self.assertEqual(int(a.sum()), 7000)
         self.assertEqual(collected().stats().bytes_in_use, 4096)
+        kept_before = len(gpumem.allocator._kept_for_good)
         del a
         gc.collect()
-        self.assertIsNone(collected())  # then the pool goes, destroyed with nothing live
+        self.assertIsNone(collected())  # then the pool goes,
+        self.assertEqual(len(gpumem.allocator._kept_for_good), kept_before)  # destroyed, not refused
+
+    def test_forced_close_while_cupy_holds_memory(self):
+        # A forced close frees the array's memory; CuPy's later free must not reach whatever
+        # allocator the handle names by then.
+        with gpumem.Allocator.device(self.device) as upstream:
+            first = gpumem.Pool(upstream)
+            with gpumem.cupy.allocator(pools=first, pinned=False) as allocator:
+                a = cupy.arange(1000)
+                first.close(force=True)
+                with self.assertRaises(ValueError):
+                    cupy.arange(10)  # through a closed pool
+            with gpumem.Pool(upstream) as second, gpumem.cupy.allocator(pools=second, pinned=False):
+                b = cupy.arange(1000)
+                del a  # its free is refused, and changes nothing
+                gc.collect()
+                self.assertEqual(second.stats().bytes_in_use, 8192)
+                self.assertEqual(int(b.sum()), 999 * 1000 // 2)
+                del b
+            del allocator, first
+
+    def test_buffer_path(self):
+        # The path a CuPy without CFunctionAllocatorMemory takes, and that failures take: a Buffer
+        # per array, through ctypes.
+        gpumem.cupy._look_up(cupy)
+        saved = gpumem.cupy._memory_base
+        gpumem.cupy._memory_base = None
+        try:
+            with gpumem.cupy.allocator(pinned=False) as allocator:
+                pool = allocator.pool()
+                before = pool.stats().bytes_in_use
+                a = cupy.full(1000, 3, dtype=cupy.int64)
+                self.assertIsInstance(gpumem.cupy.buffer_of(a), gpumem.Buffer)
+                self.assertEqual(pool.stats().bytes_in_use, before + 8192)
+                self.assertEqual(int(a.sum()), 3000)
+                del a
+                gc.collect()
+                self.assertEqual(pool.stats().bytes_in_use, before)
+        finally:
+            gpumem.cupy._memory_base = saved
 
     @unittest.skipUnless(_DEVICES > 1, "needs two CUDA devices")
     def test_each_device_has_its_pool(self):
