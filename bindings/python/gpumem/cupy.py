@@ -28,10 +28,11 @@ import contextlib
 import ctypes
 import gc
 import threading
+import weakref
 
 from . import _types
 from ._lib import library
-from .allocator import Allocator, Buffer, Pool, StreamReuse, _close_listeners
+from .allocator import Allocator, BlockState, Buffer, Pool, StreamReuse, _close_listeners
 from .errors import Error, OutOfMemory
 
 # GPUMEM_HOST_ALLOC_PORTABLE: pinned for every device, as CuPy's own pinned memory is.
@@ -111,15 +112,18 @@ _close_listeners.append(_forget_targets)
 
 
 # What CupyAllocator.malloc calls, looked up once by _look_up(): CuPy's functions and, where CuPy
-# has CFunctionAllocatorMemory, the addresses of gpumem_cupy_alloc and gpumem_cupy_free.
+# has CFunctionAllocatorMemory, that class and the addresses of gpumem_cupy_alloc and
+# gpumem_cupy_free. CuPy's own class, not a subclass: a subclass's objects would be tracked by the
+# garbage collector, which cost about a tenth of cupy.empty's time on the H200.
 _looked_up = False
 _get_device = _get_stream = _memory_pointer = _cupy_alloc = _cupy_free = None
 _single_device = False  # the process sees one device, so the current one is 0
-_memory_base = None  # CupyMemory, or None without the fast path
+_memory_type = None  # CFunctionAllocatorMemory, or None without the fast path
+_served = weakref.WeakValueDictionary()  # allocator handle -> the Allocator, for buffer_of()
 
 
 def _look_up(cupy):
-    global _looked_up, _get_device, _get_stream, _memory_pointer, _cupy_alloc, _cupy_free, _memory_base
+    global _looked_up, _get_device, _get_stream, _memory_pointer, _cupy_alloc, _cupy_free, _memory_type
     global _single_device
     if _looked_up:
         return
@@ -130,25 +134,26 @@ def _look_up(cupy):
         device = getattr(cupy.cuda, "device", None)
         _get_device = getattr(device, "get_device_id", None) or cupy.cuda.runtime.getDevice
         _get_stream, _memory_pointer = cupy.cuda.get_current_stream, cupy.cuda.MemoryPointer
-        base = getattr(getattr(cupy.cuda, "memory", None), "CFunctionAllocatorMemory", None)
-        if base is not None:
-
-            class CupyMemory(base):
-                """CuPy memory that gpumem_cupy_alloc() gave: `ptr` and `size`, and as class attributes
-                the `allocator` and `stream` it was allocated from and on. Each pool and stream has
-                its subclass, so the memory keeps its pool alive with no field to set."""
-
-                __slots__ = ()
-
+        memory_type = getattr(getattr(cupy.cuda, "memory", None), "CFunctionAllocatorMemory", None)
+        if memory_type is not None:
             lib = library()
             _cupy_alloc = ctypes.cast(lib.gpumem_cupy_alloc, ctypes.c_void_p).value
             _cupy_free = ctypes.cast(lib.gpumem_cupy_free, ctypes.c_void_p).value
-            _memory_base = CupyMemory
+            _memory_type = memory_type
         _looked_up = True
 
 
-def _memory_type(pool, stream):
-    return type(_memory_base.__name__, (_memory_base,), {"__slots__": (), "allocator": pool, "stream": stream})
+class CupyMemory:
+    """What buffer_of() says of memory that CuPy allocated through gpumem_cupy_alloc(): its `ptr`,
+    `size`, the `stream` it was allocated on and the `allocator` it came from."""
+
+    __slots__ = ("ptr", "size", "stream", "allocator")
+
+    def __init__(self, ptr, size, stream, allocator):
+        self.ptr, self.size, self.stream, self.allocator = ptr, size, stream, allocator
+
+    def __repr__(self):
+        return f"<gpumem.cupy.CupyMemory ptr={self.ptr:#x} size={self.size} stream={self.stream:#x}>"
 
 
 class CupyAllocator:
@@ -168,7 +173,7 @@ class CupyAllocator:
     def __init__(self, pools=None, pinned=True):
         self._lock = threading.Lock()
         self._pools = {}
-        self._targets = {}  # (device, stream) -> (its CupyMemory type, address of its gpumem_cupy_target_t)
+        self._targets = []  # per device, stream -> the address of its pool's gpumem_cupy_target_t
         self.malloc = self._make_malloc()
         self._factory = None
         if pools is None:
@@ -232,17 +237,20 @@ class CupyAllocator:
 
     def _make_malloc(self):
         # A closure rather than a method: CuPy calls it for every array, and each attribute and
-        # global it does not look up is time saved on that path.
-        targets, slow = self._targets, self._malloc
+        # global it does not look up, and each tuple it does not make, is time saved on that path.
+        by_device, slow = self._targets, self._malloc
 
         def malloc(size):
             """CuPy's device allocator: `size` bytes from the current device's pool, on the current
             stream, as a cupy.cuda.MemoryPointer that frees them when CuPy drops it."""
-            if _memory_base is not None and size:
+            if _memory_type is not None and size:
                 device = 0 if _single_device else _get_device()
-                found = targets.get((device, _get_stream().ptr))
-                if found is not None:
-                    memory = found[0](size, found[1], _cupy_alloc, _cupy_free, device)
+                try:
+                    target = by_device[device].get(_get_stream().ptr)
+                except IndexError:  # a device not seen yet
+                    target = None
+                if target is not None:
+                    memory = _memory_type(size, target, _cupy_alloc, _cupy_free, device)
                     if memory.ptr:
                         return _memory_pointer(memory, 0)
                     return slow(size, True)
@@ -260,8 +268,12 @@ class CupyAllocator:
             return cupy.cuda.MemoryPointer(cupy.cuda.Memory(0), 0)
         device, stream = _get_device(), _get_stream().ptr
         pool = self.pool(device)
-        if _memory_base is not None and (device, stream) not in self._targets and not pool.closed:
-            self._targets[(device, stream)] = (_memory_type(pool, stream), _target(pool, stream))
+        targets = self._targets
+        if _memory_type is not None and not pool.closed and (device >= len(targets) or stream not in targets[device]):
+            with self._lock:
+                targets.extend({} for _ in range(device + 1 - len(targets)))  # in place: malloc holds it
+                targets[device][stream] = _target(pool, stream)
+            _served[pool.handle] = pool
             return self.malloc(size)
         buffer = _alloc(cupy, pool, size, stream, failed)
         return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(buffer.ptr, size, buffer, device), 0)
@@ -463,14 +475,23 @@ def pinned_pool():
 
 def buffer_of(memory):
     """The gpumem memory behind a CuPy array or cupy.cuda.MemoryPointer that gpumem allocated, with
-    its `ptr`, `size`, `stream` and `allocator`: a Buffer, or the CupyMemory that CuPy freed through
-    libgpumem itself. None for other memory."""
+    its `ptr`, `size`, `stream` and `allocator`: a Buffer, or a CupyMemory for memory that CuPy
+    allocated through libgpumem itself, found in the snapshots of the pools that served CuPy (for
+    inspection, not for a hot path). None for other memory."""
     data = getattr(memory, "data", memory)  # an ndarray's MemoryPointer
     mem = getattr(data, "mem", None)
-    if _memory_base is not None and isinstance(mem, _memory_base):
-        return mem
     owner = getattr(mem, "_owner", None)
-    return owner if isinstance(owner, Buffer) else None
+    if isinstance(owner, Buffer):
+        return owner
+    if _memory_type is None or not isinstance(mem, _memory_type) or not mem.ptr:
+        return None
+    for pool in list(_served.values()):
+        if not isinstance(pool, Pool) or pool.closed:
+            continue
+        for block in pool.snapshot():
+            if block["address"] == mem.ptr and block["state"] == BlockState.IN_USE:
+                return CupyMemory(mem.ptr, mem.size, block["stream"], pool)
+    return None
 
 
 def record_stream(memory, stream):

@@ -356,7 +356,7 @@ class CupyTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             gpumem.cupy.CupyAllocator(pools=42)
 
-    def test_memory_keeps_its_pool_alive(self):
+    def test_pool_dropped_before_its_arrays(self):
         upstream = gpumem.Allocator.device(self.device)
         mine = gpumem.Pool(upstream)
         with gpumem.cupy.allocator(pools=mine, pinned=False):
@@ -366,18 +366,21 @@ class CupyTest(unittest.TestCase):
         self.assertEqual((memory.ptr, memory.size, memory.stream), (a.data.ptr, 4000, 0))
         if hasattr(cupy.cuda.memory, "CFunctionAllocatorMemory"):
             # CuPy called gpumem_cupy_alloc itself: no Buffer in between.
-            self.assertNotIsInstance(memory, gpumem.Buffer)
+            self.assertIsInstance(memory, gpumem.cupy.CupyMemory)
+        handle, kept_before = mine.handle, len(gpumem.allocator._kept_for_good)
         collected = weakref.ref(mine)
         del mine, upstream, memory
         gc.collect()
-        self.assertIsNotNone(collected())  # the array's memory keeps its pool
+        # The pool's object is gone, and its destruction refused while the array holds its memory:
+        # the pool is kept, and the array's memory stays valid.
+        self.assertIsNone(collected())
+        self.assertEqual(len(gpumem.allocator._kept_for_good), kept_before + 1)
+        kept = gpumem.Allocator.from_handle(handle)
+        self.assertEqual(kept.stats().bytes_in_use, 4096)
         self.assertEqual(int(a.sum()), 7000)
-        self.assertEqual(collected().stats().bytes_in_use, 4096)
-        kept_before = len(gpumem.allocator._kept_for_good)
         del a
         gc.collect()
-        self.assertIsNone(collected())  # then the pool goes,
-        self.assertEqual(len(gpumem.allocator._kept_for_good), kept_before)  # destroyed, not refused
+        self.assertEqual(kept.stats().bytes_in_use, 0)  # freed through its target all the same
 
     def test_forced_close_while_cupy_holds_memory(self):
         # A forced close frees the array's memory; CuPy's later free must not reach whatever
@@ -402,8 +405,8 @@ class CupyTest(unittest.TestCase):
         # The path a CuPy without CFunctionAllocatorMemory takes, and that failures take: a Buffer
         # per array, through ctypes.
         gpumem.cupy._look_up(cupy)
-        saved = gpumem.cupy._memory_base
-        gpumem.cupy._memory_base = None
+        saved = gpumem.cupy._memory_type
+        gpumem.cupy._memory_type = None
         try:
             with gpumem.cupy.allocator(pinned=False) as allocator:
                 pool = allocator.pool()
@@ -416,7 +419,7 @@ class CupyTest(unittest.TestCase):
                 gc.collect()
                 self.assertEqual(pool.stats().bytes_in_use, before)
         finally:
-            gpumem.cupy._memory_base = saved
+            gpumem.cupy._memory_type = saved
 
     @unittest.skipUnless(_DEVICES > 1, "needs two CUDA devices")
     def test_each_device_has_its_pool(self):
