@@ -5,7 +5,7 @@ import threading
 from ctypes import POINTER, c_bool, c_char_p, c_double, c_int32, c_size_t, c_ssize_t, c_uint32, c_uint64, c_void_p
 
 from . import _types as t
-from .errors import LibraryError, error_for
+from .errors import Error, LibraryError, error_for
 
 REQUIRED_VERSION = (0, 4, 0)
 DEFAULT_NAME = "libgpumem.so.0"
@@ -211,6 +211,16 @@ def library():
             if _loaded is None:
                 _loaded = open_library()
     return _loaded
+
+
+def call_quietly(name, *args):
+    """Calls the library's function `name` where nothing may raise (finalizers, at interpreter exit
+    too): True if it succeeded, False if it failed or libgpumem could not be loaded."""
+    try:
+        getattr(library(), name)(*args)
+    except (Error, LibraryError):
+        return False
+    return True
 
 
 class _DlInfo(ctypes.Structure):

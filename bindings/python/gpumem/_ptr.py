@@ -22,6 +22,9 @@ class Owned:
         self.free()
 
     def __int__(self):
+        # A freed address may name another allocation by now.
+        if self.freed:
+            raise ValueError(f"{self!r} is freed")
         return self.ptr
 
     def _gpumem_memory(self):
@@ -36,9 +39,7 @@ def memory(obj, writable=True):
     if obj is None:
         return Memory(0)
     if isinstance(obj, int):
-        if obj < 0:
-            raise ValueError(f"address {obj} is negative")
-        return Memory(obj)
+        return Memory(nonnegative("address", obj))
     if hasattr(obj, "_gpumem_memory"):
         return obj._gpumem_memory()
     if isinstance(obj, (ctypes.c_void_p, ctypes.c_char_p)):
@@ -73,8 +74,15 @@ def sized(name, mem, size):
         if mem.size is None:
             raise TypeError(f"{name} is a bare address: pass the size")
         return mem.size
-    if size < 0:
-        raise ValueError(f"size {size} is negative")
+    nonnegative("size", size)
     if mem.size is not None and size > mem.size:
         raise ValueError(f"size {size} is larger than {name}, which holds {mem.size} bytes")
     return size
+
+
+def nonnegative(name, value):
+    """`value`, or ValueError when it is negative: ctypes would pass it to C's unsigned size, count
+    or offset as a number near 2**64."""
+    if value < 0:
+        raise ValueError(f"{name} is {value}; it cannot be negative")
+    return value

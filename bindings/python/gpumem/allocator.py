@@ -12,12 +12,13 @@ import dataclasses
 import enum
 import os
 import sys
+import threading
 import traceback
 import weakref
 
 from . import _ptr, _types
-from ._lib import library
-from .errors import Error, LibraryError
+from ._lib import call_quietly, library
+from .errors import InvalidHandle, error_for
 
 CUDA_POOL_KEEP_THRESHOLD = 2**64 - 2  # GPUMEM_CUDA_POOL_KEEP_THRESHOLD
 
@@ -148,26 +149,29 @@ def _report(error, where):
     traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
 
 
+def _require_callable(name, fn):
+    # Up front: a ctypes callback would otherwise fail only when the library first calls it.
+    if not callable(fn):
+        raise TypeError(f"{name} must be callable, not {type(fn).__name__}")
+
+
 def _free_quietly(allocator, ptr, stream):
     if allocator._destroyed:
         return  # closed by force, which freed the memory; the handle may name another allocator now
-    try:
-        library().gpumem_free(allocator.handle, ptr, stream)
-    except (Error, LibraryError):
-        pass
+    call_quietly("gpumem_free", allocator._handle, ptr, stream)
 
 
-# What allocators the library would not destroy rely on: their callbacks may still be called.
+# What allocators the library would not destroy rely on, and the callbacks of hooks added through
+# borrowed allocators, whose end Python does not see: the library may still call them.
 _kept_for_good = []
-# Functions of the handle that close() has destroyed, for what keeps handles elsewhere (gpumem.cupy).
+# Functions of the handle that close() is about to destroy, for what keeps handles elsewhere
+# (gpumem.cupy). Each returns None, or a function that undoes its work should the library refuse.
 _close_listeners = []
 
 
 def _destroy_quietly(handle, keep):
     # `keep` holds what must outlive the handle (a pool's upstream, callbacks) until it is destroyed.
-    try:
-        library().gpumem_allocator_destroy(handle)
-    except (Error, LibraryError):
+    if not call_quietly("gpumem_allocator_destroy", handle):
         _kept_for_good.append(keep)
 
 
@@ -177,7 +181,10 @@ class Buffer(_ptr.Owned):
 
     def __init__(self, allocator, ptr, size, stream):
         self.allocator, self.ptr, self.size, self.stream = allocator, ptr, size, stream
-        self._finalizer = weakref.finalize(self, _free_quietly, allocator, ptr, stream)
+        self._arm()
+
+    def _arm(self):
+        self._finalizer = weakref.finalize(self, _free_quietly, self.allocator, self.ptr, self.stream)
 
     @property
     def freed(self):
@@ -187,11 +194,15 @@ class Buffer(_ptr.Owned):
     def free(self, stream=None):
         """Frees the memory, on `stream` if given, else on the stream it was allocated on. Freeing
         a freed buffer does nothing: the address may belong to another buffer by then."""
-        if self.freed:
-            self._finalizer.detach()
+        # Taken from the finalizer first, which only one caller gets: of two threads freeing at
+        # once, one frees, and the other does not free the address again.
+        if self._finalizer.detach() is None or self.allocator._destroyed:
             return
-        library().gpumem_free(self.allocator.handle, self.ptr, self.stream if stream is None else stream)
-        self._finalizer.detach()
+        try:
+            library().gpumem_free(self.allocator._handle, self.ptr, self.stream if stream is None else stream)
+        except BaseException:
+            self._arm()  # still live
+            raise
 
     def __repr__(self):
         state = "freed" if self.freed else f"stream={self.stream:#x}"
@@ -220,10 +231,11 @@ class Hook:
         self._callback = _types.hook_fn(call)
 
     def remove(self):
-        """Removes the hook; removing it again does nothing."""
+        """Removes the hook; removing it again, or once its allocator is closed, does nothing."""
         if self.id is None:
             return
-        library().gpumem_allocator_remove_hook(self.allocator.handle, self.id)
+        if not self.allocator.closed:
+            library().gpumem_allocator_remove_hook(self.allocator.handle, self.id)
         self.id = None
 
     def __enter__(self):
@@ -243,14 +255,19 @@ class Allocator:
         self._handle = handle
         self.owned = owned
         self._destroyed = False  # by close(): buffers still referring to it must not free through it
-        # Hook callbacks stay alive as long as the allocator object, removed or not: a call on
-        # another thread may still run a hook it saw before the removal.
+        self._lock = threading.Lock()  # one close() at a time
+        self._buffers = weakref.WeakValueDictionary()  # address -> Buffer, for free() by address
+        # Hook callbacks stay alive, removed or not, as long as the library may call them: a call
+        # on another thread may still run a hook it saw before the removal, and an allocator the
+        # library refuses to destroy once its object is collected calls them for good.
         self._callbacks = []
-        self._finalizer = weakref.finalize(self, _destroy_quietly, handle, keep) if owned else None
+        self._finalizer = weakref.finalize(self, _destroy_quietly, handle, (keep, self._callbacks)) if owned else None
 
     @property
     def handle(self):
-        """The gpumem_allocator_t* as an int."""
+        """The gpumem_allocator_t* as an int; ValueError once closed."""
+        if self._destroyed:
+            raise ValueError(f"{self!r} is closed")
         return self._handle
 
     @property
@@ -265,14 +282,26 @@ class Allocator:
         (device_pool(), from_handle()) is left alone."""
         if not self.owned:
             return
-        if force:
-            library().gpumem_allocator_destroy_force(self._handle)
-        else:
-            library().gpumem_allocator_destroy(self._handle)
-        self._destroyed = True
-        self._finalizer.detach()
-        for listener in _close_listeners:
-            listener(self._handle)
+        with self._lock:
+            if not self._finalizer.alive:
+                # Not through the library: the handle may name another allocator by now.
+                raise error_for(
+                    InvalidHandle.STATUS, f"{self._handle:#x} is not a live gpumem allocator: it is closed already"
+                )
+            # Before the destruction, so that nothing reaches the handle through them after it.
+            undo = [listener(self._handle) for listener in _close_listeners]
+            try:
+                if force:
+                    library().gpumem_allocator_destroy_force(self._handle)
+                else:
+                    library().gpumem_allocator_destroy(self._handle)
+            except BaseException:
+                for restore in reversed(undo):
+                    if restore is not None:
+                        restore()
+                raise
+            self._destroyed = True
+            self._finalizer.detach()
 
     def __enter__(self):
         return self
@@ -301,9 +330,11 @@ class Allocator:
     @classmethod
     def device_async(cls, device=0, cuda_pool=None):
         """An allocator of stream-ordered device memory from a CUDA pool: a CUmemoryPool as an int, a
-        CudaPoolAllocator's, or None for the device's current one."""
+        CudaPoolAllocator's (kept alive as long as this allocator, since it may own the pool), or
+        None for the device's current one."""
+        keep = _keep_cuda_pool(cuda_pool)
         cuda_pool = getattr(cuda_pool, "cuda_pool", cuda_pool)
-        return Allocator(_create(library().gpumem_allocator_create_device_async, device, cuda_pool))
+        return Allocator(_create(library().gpumem_allocator_create_device_async, device, cuda_pool), keep=keep)
 
     @classmethod
     def managed(cls, device=0, flags=0):
@@ -318,7 +349,7 @@ class Allocator:
     @classmethod
     def host(cls, alignment=0):
         """An allocator of plain host memory, aligned (0: 512 bytes); needs no GPU."""
-        return Allocator(_create(library().gpumem_allocator_create_host, alignment))
+        return Allocator(_create(library().gpumem_allocator_create_host, _ptr.nonnegative("alignment", alignment)))
 
     @classmethod
     def vm(cls, device=0, *, map_unit=0, range_size=0):
@@ -326,7 +357,9 @@ class Allocator:
         lib = library()
         params = _types.VmParams()
         lib.gpumem_vm_params_init(ctypes.byref(params), ctypes.sizeof(params))
-        params.device, params.map_unit, params.range_size = device, map_unit, range_size
+        params.device = device
+        params.map_unit = _ptr.nonnegative("map_unit", map_unit)
+        params.range_size = _ptr.nonnegative("range_size", range_size)
         return VmAllocator(_create(lib.gpumem_allocator_create_vm, ctypes.byref(params)))
 
     @classmethod
@@ -339,20 +372,17 @@ class Allocator:
         max_size=0,
         release_threshold=CUDA_POOL_KEEP_THRESHOLD,
     ):
-        """An allocator over a CUDA memory pool (cuMemAllocFromPoolAsync on each call's stream)."""
+        """An allocator over a CUDA memory pool (cuMemAllocFromPoolAsync on each call's stream). With
+        CudaPoolSource.EXTERNAL, `pool` is a CUmemoryPool as an int or a CudaPoolAllocator's (kept
+        alive as long as this allocator, since it may own the pool)."""
         lib = library()
         params = _types.CudaPoolParams()
         lib.gpumem_cuda_pool_params_init(ctypes.byref(params), ctypes.sizeof(params))
-        params.device, params.source, params.pool = device, source, pool
-        params.max_size, params.release_threshold = max_size, release_threshold
-        return CudaPoolAllocator(_create(lib.gpumem_allocator_create_cuda_pool, ctypes.byref(params)))
-
-    @classmethod
-    def functions(cls, alloc, free=None, **options):
-        """An allocator whose memory comes from Python functions: see gpumem.FunctionsAllocator."""
-        from .functions import FunctionsAllocator
-
-        return FunctionsAllocator(alloc, free, **options)
+        keep = _keep_cuda_pool(pool)
+        params.device, params.source, params.pool = device, source, getattr(pool, "cuda_pool", pool)
+        params.max_size = _ptr.nonnegative("max_size", max_size)
+        params.release_threshold = _ptr.nonnegative("release_threshold", release_threshold)
+        return CudaPoolAllocator(_create(lib.gpumem_allocator_create_cuda_pool, ctypes.byref(params)), keep=keep)
 
     @property
     def device_id(self):
@@ -363,20 +393,29 @@ class Allocator:
 
     def alloc(self, size, stream=0):
         """Allocates `size` bytes for use on `stream` (a CUstream as an int; 0 is the legacy stream)."""
-        if size < 0:
-            raise ValueError(f"size {size} is negative")
+        _ptr.nonnegative("size", size)
         out = ctypes.c_void_p()
         library().gpumem_alloc(self._handle, size, stream, ctypes.byref(out))
-        return Buffer(self, out.value, size, stream)
+        buffer = Buffer(self, out.value, size, stream)
+        self._buffers[buffer.ptr] = buffer
+        return buffer
 
     def free(self, memory, stream=None):
-        """Frees a Buffer of this allocator (as Buffer.free()), or memory given as an int address."""
+        """Frees a Buffer of this allocator (as Buffer.free()), or memory given as an int address:
+        that of a live Buffer from this object's alloc() frees that Buffer."""
         if isinstance(memory, Buffer):
             if memory.allocator is not self:
                 raise ValueError(f"{memory!r} comes from another allocator")
             memory.free(stream)
+            return
+        address = _ptr.memory(memory).address
+        buffer = self._buffers.get(address)
+        if buffer is not None and not buffer.freed:
+            # Through the Buffer, whose finalizer would otherwise free the address again later,
+            # when it may be another allocation's.
+            buffer.free(stream)
         else:
-            library().gpumem_free(self._handle, _ptr.memory(memory).address, stream or 0)
+            library().gpumem_free(self._handle, address, stream or 0)
 
     def stats(self):
         """The allocator's statistics."""
@@ -393,19 +432,17 @@ class Allocator:
         where the kind allows); NotSupported for kinds that cannot share their memory."""
         library().gpumem_allocator_set_peer_access(self._handle, peer_device, int(access))
 
-    def trace(self, path):
-        """Starts recording this allocator's events to a file: see gpumem.trace_start()."""
-        from .trace import trace_start
-
-        return trace_start(self, path)
-
     def add_hook(self, events, fn):
         """Calls fn(HookInfo) on the given HookEvent events, on the thread of each call; returns a
-        Hook, whose remove() (or with block) removes it."""
+        Hook, whose remove() (or with block) removes it. fn is kept as long as the library may call
+        it: a fn that refers to its allocator keeps that allocator from being collected."""
+        _require_callable("fn", fn)
         hook = Hook(self, HookEvent(events), fn)
         out = ctypes.c_uint64()
         library().gpumem_allocator_add_hook(self._handle, int(events), hook._callback, None, ctypes.byref(out))
         self._callbacks.append(hook._callback)
+        if not self.owned:
+            _kept_for_good.append(hook._callback)
         hook.id = out.value
         return hook
 
@@ -416,6 +453,11 @@ def _create(make, *args):
     return out.value
 
 
+def _keep_cuda_pool(pool):
+    # A CudaPoolAllocator's pool may be its own (CudaPoolSource.NEW), destroyed with it.
+    return () if pool is None or isinstance(pool, int) else (pool,)
+
+
 class Pool(Allocator):
     """A caching pool over an upstream allocator, which it keeps alive; `limit` is the most bytes it
     may hold (0: none), `limit_fraction` the same as a share of the device's memory."""
@@ -424,7 +466,8 @@ class Pool(Allocator):
         lib = library()
         params = _types.PoolParams()
         lib.gpumem_pool_params_init(ctypes.byref(params), ctypes.sizeof(params))
-        params.upstream, params.limit, params.limit_fraction = upstream.handle, limit, limit_fraction
+        params.upstream, params.limit_fraction = upstream.handle, limit_fraction
+        params.limit = _ptr.nonnegative("limit", limit)
         super().__init__(_create(lib.gpumem_pool_create, ctypes.byref(params)), keep=(upstream,))
         self.upstream = upstream
 
@@ -447,7 +490,7 @@ class Pool(Allocator):
 
     def set_limit(self, limit):
         """Sets the most bytes the pool may hold from its upstream (0: no limit)."""
-        library().gpumem_pool_set_limit(self._handle, limit)
+        library().gpumem_pool_set_limit(self._handle, _ptr.nonnegative("limit", limit))
 
     def set_limit_fraction(self, fraction):
         """Sets the limit as a fraction in (0, 1] of the device's memory; InvalidArgument for a
@@ -522,11 +565,11 @@ class CudaPoolAllocator(Allocator):
 
     def set_release_threshold(self, nbytes):
         """Sets the bytes the CUDA pool keeps reserved at a synchronize (2**64 - 1: everything)."""
-        library().gpumem_cuda_pool_set_release_threshold(self._handle, nbytes)
+        library().gpumem_cuda_pool_set_release_threshold(self._handle, _ptr.nonnegative("nbytes", nbytes))
 
     def trim(self, keep_bytes=0):
         """Returns the CUDA pool's unused memory to the system until it holds about `keep_bytes`."""
-        library().gpumem_cuda_pool_trim(self._handle, keep_bytes)
+        library().gpumem_cuda_pool_trim(self._handle, _ptr.nonnegative("keep_bytes", keep_bytes))
 
 
 class VmAllocator(Allocator):

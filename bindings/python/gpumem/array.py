@@ -9,9 +9,8 @@ import enum
 import threading
 import weakref
 
-from . import _types
-from ._lib import library
-from .errors import Error, LibraryError
+from . import _ptr, _types
+from ._lib import call_quietly, library
 
 
 class Format(enum.IntEnum):
@@ -56,19 +55,14 @@ class ArrayDesc:
         return _FORMAT_BYTES[Format(self.format)] * self.channels
 
 
-def _destroy_quietly(handle):
-    try:
-        library().gpumem_array_destroy(handle)
-    except (Error, LibraryError):
-        pass
-
-
 class Array:
     """A CUDA array of `width` (and `height`, and `depth`) elements of `channels` (1, 2 or 4)
     channels of `format`, on `device`. close(), the end of a with block, or collection destroys it."""
 
     def __init__(self, width, height=0, depth=0, *, format=Format.F32, channels=1, device=0):
         # Before the array exists: an unknown format raises ValueError here, with nothing to undo.
+        for name, value in (("width", width), ("height", height), ("depth", depth), ("channels", channels)):
+            _ptr.nonnegative(name, value)
         self.shape = ArrayDesc(device, Format(format), channels, width, height, depth)
         lib = library()
         desc = _types.ArrayDesc()
@@ -78,7 +72,7 @@ class Array:
         out = ctypes.c_void_p()
         lib.gpumem_array_create(ctypes.byref(desc), ctypes.byref(out))
         self._handle = out.value
-        self._finalizer = weakref.finalize(self, _destroy_quietly, out.value)
+        self._finalizer = weakref.finalize(self, call_quietly, "gpumem_array_destroy", out.value)
         self._lock = threading.Lock()
 
     @property

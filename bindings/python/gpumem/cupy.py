@@ -34,9 +34,7 @@ from . import _types
 from ._lib import library
 from .allocator import Allocator, BlockState, Buffer, Pool, StreamReuse, _close_listeners
 from .errors import Error, OutOfMemory
-
-# GPUMEM_HOST_ALLOC_PORTABLE: pinned for every device, as CuPy's own pinned memory is.
-_HOST_ALLOC_PORTABLE = 0x1
+from .raw import HostAllocFlags
 
 _lock = threading.Lock()
 _installed = []  # _Installation, innermost last
@@ -56,7 +54,8 @@ def default_pool(device):
             pool.set_stream_reuse(StreamReuse.NEVER)
             _device_pools[device] = pool
         return pool
-_oom_type = None
+
+
 _cupy_module = None
 
 
@@ -100,12 +99,22 @@ def _target(allocator, stream):
 
 
 def _forget_targets(handle):
-    # The allocator is destroyed: its handle may name another allocator from now on. Memory that
-    # CuPy still holds through its targets (freed by a forced close) must then not be freed through
-    # them, so each is made invalid (gpumem_cupy_free refuses it and changes nothing).
+    # The allocator is about to be destroyed: its handle may name another allocator after that.
+    # Memory that CuPy still holds through its targets (freed by a forced close) must then not be
+    # freed through them, so each is made invalid (gpumem_cupy_free refuses it and changes
+    # nothing). Returns what makes them valid again, should the library refuse the destruction.
     with _targets_lock:
-        for key in [key for key in _targets if key[0] == handle]:
-            _types.CupyTarget.from_address(_targets.pop(key)).struct_size = 0
+        forgotten = {key: _targets.pop(key) for key in [key for key in _targets if key[0] == handle]}
+        for address in forgotten.values():
+            _types.CupyTarget.from_address(address).struct_size = 0
+
+    def undo():
+        with _targets_lock:
+            for key, address in forgotten.items():
+                _types.CupyTarget.from_address(address).struct_size = ctypes.sizeof(_types.CupyTarget)
+                _targets[key] = address
+
+    return undo
 
 
 _close_listeners.append(_forget_targets)
@@ -114,7 +123,7 @@ _close_listeners.append(_forget_targets)
 # What CupyAllocator.malloc calls, looked up once by _look_up(): CuPy's functions and, where CuPy
 # has CFunctionAllocatorMemory, that class and the addresses of gpumem_cupy_alloc and
 # gpumem_cupy_free. CuPy's own class, not a subclass: a subclass's objects would be tracked by the
-# garbage collector, which cost about a tenth of cupy.empty's time on the H200.
+# garbage collector, a cost paid on every array.
 _looked_up = False
 _get_device = _get_stream = _memory_pointer = _cupy_alloc = _cupy_free = None
 _single_device = False  # the process sees one device, so the current one is 0
@@ -187,8 +196,8 @@ class CupyAllocator:
             self._factory = pools
         else:
             raise TypeError(f"pools must be None, an Allocator, a mapping or a function, not {type(pools).__name__}")
-        if pinned is True or pinned is False or pinned is None:
-            self._pinned, self._pinned_pool = bool(pinned), None
+        if pinned is True or pinned is False:
+            self._pinned, self._pinned_pool = pinned, None
         elif isinstance(pinned, Allocator):
             if pinned.device_id != -1:
                 raise ValueError(f"{pinned!r} allocates on device {pinned.device_id}, not host memory")
@@ -232,7 +241,8 @@ class CupyAllocator:
         if self._pinned_pool is None:
             with self._lock:
                 if self._pinned_pool is None:
-                    self._pinned_pool = Pool(Allocator.pinned(_HOST_ALLOC_PORTABLE))
+                    # Portable: pinned for every device, as CuPy's own pinned memory is.
+                    self._pinned_pool = Pool(Allocator.pinned(HostAllocFlags.PORTABLE))
         return self._pinned_pool
 
     def _make_malloc(self):
@@ -269,12 +279,17 @@ class CupyAllocator:
         device, stream = _get_device(), _get_stream().ptr
         pool = self.pool(device)
         targets = self._targets
-        if _memory_type is not None and not pool.closed and (device >= len(targets) or stream not in targets[device]):
-            with self._lock:
-                targets.extend({} for _ in range(device + 1 - len(targets)))  # in place: malloc holds it
-                targets[device][stream] = _target(pool, stream)
-            _served[pool.handle] = pool
-            return self.malloc(size)
+        if _memory_type is not None and (device >= len(targets) or stream not in targets[device]):
+            # Under the pool's lock too: close() invalidates the pool's targets under it, before
+            # the destruction, and a target made meanwhile would escape.
+            with self._lock, pool._lock:
+                served = not pool.closed
+                if served:
+                    targets.extend({} for _ in range(device + 1 - len(targets)))  # in place: malloc holds it
+                    targets[device][stream] = _target(pool, stream)
+            if served:
+                _served[pool._handle] = pool
+                return self.malloc(size)
         buffer = _alloc(cupy, pool, size, stream, failed)
         return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(buffer.ptr, size, buffer, device), 0)
 
@@ -311,6 +326,9 @@ def _alloc(cupy, pool, size, stream, failed=False):
         if translated is error:
             raise
         raise translated from error
+
+
+_oom_type = None  # what _out_of_memory_type() found: a class, False, or None before it looked
 
 
 def _out_of_memory_type(cupy):

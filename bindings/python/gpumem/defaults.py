@@ -12,7 +12,7 @@ import threading
 
 from . import _types
 from ._lib import library
-from .allocator import Allocator, _report, device_pool
+from .allocator import Allocator, _report, _require_callable, device_pool
 
 _held_lock = threading.Lock()
 _held = {}  # id(allocator) -> [allocator, how many defaults and overrides name it]
@@ -170,6 +170,7 @@ def reclaim_add(fn):
     cached blocks) so that garbage holding gpumem memory can be dropped, gc.collect() for one; the
     pool retries once all have run. It runs on the allocating thread and may free gpumem memory.
     Returns a Reclaim, whose remove() (or with block) removes it; until then it stays registered."""
+    _require_callable("fn", fn)
     reclaim = Reclaim(fn)
     out = ctypes.c_uint64()
     library().gpumem_reclaim_add(reclaim._callback, None, ctypes.byref(out))

@@ -11,7 +11,7 @@ import threading
 
 from . import _ptr, _types
 from ._lib import library
-from .allocator import Allocator, _create, _report
+from .allocator import Allocator, _create, _report, _require_callable
 from .errors import Error, InternalError, OutOfMemory
 
 
@@ -68,6 +68,11 @@ class FunctionsAllocator(Allocator):
         map_unit=0,
         range_size=0,
     ):
+        _require_callable("alloc", alloc)
+        optional = {"free": free, "reserve": reserve, "unreserve": unreserve, "map": map, "unmap": unmap}
+        for name, fn in optional.items():
+            if fn is not None:
+                _require_callable(name, fn)
         if reserve is None and ((unreserve, map, unmap) != (None, None, None) or map_unit or range_size):
             raise TypeError("unreserve, map, unmap, map_unit and range_size need reserve")
         errors, lock = [], threading.Lock()
@@ -135,7 +140,8 @@ class FunctionsAllocator(Allocator):
                 _types.map_fn(range_cb(unmap, "unmap", False)),
             ]
             functions.reserve, functions.unreserve, functions.map, functions.unmap = callbacks[2:]
-            functions.map_unit, functions.range_size = map_unit, range_size
+            functions.map_unit = _ptr.nonnegative("map_unit", map_unit)
+            functions.range_size = _ptr.nonnegative("range_size", range_size)
         handle = _create(library().gpumem_allocator_create_functions, ctypes.byref(functions))
         # The memory handed out stays referenced until the library has no use for it.
         super().__init__(handle, keep=(callbacks, live, ranges))

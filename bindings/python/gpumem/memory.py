@@ -68,6 +68,7 @@ def _memset_count(d, count, element_size):
         if d.size is None:
             raise TypeError("dst is a bare address: pass the count")
         count = d.size // element_size
+    _ptr.nonnegative("count", count)
     _ptr.sized("dst", d, count * element_size)
     return count
 
@@ -114,6 +115,8 @@ def _describe(struct_type, init, known, fields):
         if name.endswith("_array"):
             keep.append(value)
             value = _array_handle(value)
+        elif name not in ("dst", "src"):
+            _ptr.nonnegative(name, value)  # every other field is a size_t
         if name not in ("dst", "src"):
             setattr(desc, name, value)
     width, height = fields.get("width", 0), fields.get("height", 0)

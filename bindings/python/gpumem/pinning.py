@@ -76,7 +76,7 @@ def pin_cache_flush():
 
 def pin_cache_set_budget(nbytes):
     """Sets the most bytes kept registered under no pin (0 turns the cache off)."""
-    library().gpumem_pin_cache_set_budget(nbytes)
+    library().gpumem_pin_cache_set_budget(_ptr.nonnegative("nbytes", nbytes))
 
 
 def pin_stats():

@@ -11,8 +11,9 @@ import enum
 import weakref
 
 from . import _ptr, _types
-from ._lib import library
-from .errors import Error, LibraryError
+from ._lib import call_quietly, library
+from .errors import Error
+from .memory import pointer_info
 
 
 class HostAllocFlags(enum.IntFlag):
@@ -81,32 +82,30 @@ class RawKind(enum.Enum):
     MANAGED = "managed"  # managed_alloc(): managed_free
 
 
-def _free_raw(kind, ptr, stream):
-    lib = library()
+def _free_call(kind, ptr, stream):
+    # The library function that frees memory of `kind`, and its arguments.
     if kind is RawKind.PINNED:
-        lib.gpumem_host_free(ptr)
-    elif kind is RawKind.MANAGED:
-        lib.gpumem_managed_free(ptr)
-    elif stream is None:
-        lib.gpumem_device_free(ptr)
-    else:
-        lib.gpumem_device_free_async(ptr, stream)
-
-
-def _free_raw_quietly(kind, ptr, stream):
-    try:
-        _free_raw(kind, ptr, stream)
-    except (Error, LibraryError):
-        pass
+        return "gpumem_host_free", (ptr,)
+    if kind is RawKind.MANAGED:
+        return "gpumem_managed_free", (ptr,)
+    if stream is None:
+        return "gpumem_device_free", (ptr,)
+    return "gpumem_device_free_async", (ptr, stream)
 
 
 class RawBuffer(_ptr.Owned):
-    """One raw allocation: `kind` (a RawKind), `ptr`, `size`, `device` (-1 for pinned host memory)
-    and `stream` (that of a stream-ordered allocation, else None)."""
+    """One raw allocation: `kind` (a RawKind), `ptr`, `size`, `device` (-1 for pinned host memory,
+    None where the driver could not tell) and `stream` (that of a stream-ordered allocation, else
+    None). Stream-ordered memory that is collected rather than freed is freed on that stream, which
+    must then still exist: free() it before destroying its stream."""
 
     def __init__(self, kind, ptr, size, device, stream=None):
         self.kind, self.ptr, self.size, self.device, self.stream = kind, ptr, size, device, stream
-        self._finalizer = weakref.finalize(self, _free_raw_quietly, kind, ptr, stream)
+        self._arm()
+
+    def _arm(self):
+        name, args = _free_call(self.kind, self.ptr, self.stream)
+        self._finalizer = weakref.finalize(self, call_quietly, name, *args)
 
     @property
     def freed(self):
@@ -121,8 +120,16 @@ class RawBuffer(_ptr.Owned):
             return
         if stream is not None and self.kind in (RawKind.PINNED, RawKind.MANAGED):
             raise ValueError(f"{self.kind.value} memory is freed synchronously: pass no stream")
-        _free_raw(self.kind, self.ptr, self.stream if stream is None else stream)
-        self._finalizer.detach()
+        # Taken from the finalizer first, which only one caller gets: of two threads freeing at
+        # once, one frees, and the other does not free the address again.
+        if self._finalizer.detach() is None:
+            return
+        name, args = _free_call(self.kind, self.ptr, self.stream if stream is None else stream)
+        try:
+            getattr(library(), name)(*args)
+        except BaseException:
+            self._arm()  # still live
+            raise
 
     def __repr__(self):
         state = "freed" if self.freed else f"device={self.device}"
@@ -137,51 +144,49 @@ def _alloc(fn, *args):
 
 def device_alloc(size, device=0):
     """Device memory, synchronously (cuMemAlloc); freed by device_free, or ordered on a stream."""
-    return RawBuffer(RawKind.DEVICE, _alloc(library().gpumem_device_alloc, device, size), size, device)
+    ptr = _alloc(library().gpumem_device_alloc, device, _ptr.nonnegative("size", size))
+    return RawBuffer(RawKind.DEVICE, ptr, size, device)
 
 
 def device_alloc_async(size, device=0, stream=0):
     """Device memory ordered on `stream`, from the device's current CUDA pool (cuMemAllocAsync);
     freed on that stream unless free() names another."""
-    ptr = _alloc(library().gpumem_device_alloc_async, device, size, stream)
+    ptr = _alloc(library().gpumem_device_alloc_async, device, _ptr.nonnegative("size", size), stream)
     return RawBuffer(RawKind.DEVICE_ASYNC, ptr, size, device, stream)
 
 
 def device_alloc_from_pool(cuda_pool, size, stream=0):
     """Device memory ordered on `stream` from a CUDA memory pool, a CUmemoryPool as an int or a
     CudaPoolAllocator (cuMemAllocFromPoolAsync); freed on that stream unless free() names another.
-    The buffer's `device` is the one pointer_info() reports."""
+    The buffer's `device` is the one pointer_info() reports (None if it cannot tell)."""
     pool = getattr(cuda_pool, "cuda_pool", cuda_pool)
-    ptr = _alloc(library().gpumem_device_alloc_from_pool, pool, size, stream)
+    ptr = _alloc(library().gpumem_device_alloc_from_pool, pool, _ptr.nonnegative("size", size), stream)
     return RawBuffer(RawKind.DEVICE_ASYNC, ptr, size, _device_of(ptr), stream)
 
 
 def _device_of(ptr):
-    from .memory import pointer_info
-
     try:
         return pointer_info(ptr).device
     except Error:
-        return -1
+        return None
 
 
 def host_alloc(size, flags=0):
     """Page-locked (pinned) host memory (cuMemHostAlloc), with HostAllocFlags."""
-    return RawBuffer(RawKind.PINNED, _alloc(library().gpumem_host_alloc, size, int(flags)), size, -1)
+    ptr = _alloc(library().gpumem_host_alloc, _ptr.nonnegative("size", size), int(flags))
+    return RawBuffer(RawKind.PINNED, ptr, size, -1)
 
 
 def managed_alloc(size, device=0, flags=0):
     """Managed (unified) memory, reachable from the host and every device (cuMemAllocManaged);
     flags 0 (global) or one ManagedFlags."""
-    return RawBuffer(RawKind.MANAGED, _alloc(library().gpumem_managed_alloc, device, size, int(flags)), size, device)
+    ptr = _alloc(library().gpumem_managed_alloc, device, _ptr.nonnegative("size", size), int(flags))
+    return RawBuffer(RawKind.MANAGED, ptr, size, device)
 
 
 def _unregister_quietly(ptr, keep):
     # `keep` holds the registered memory until it is unregistered.
-    try:
-        library().gpumem_host_unregister(ptr)
-    except (Error, LibraryError):
-        pass
+    call_quietly("gpumem_host_unregister", ptr)
 
 
 class HostRegistration:

@@ -10,8 +10,7 @@ import threading
 import weakref
 
 from . import _types
-from ._lib import library
-from .errors import Error, LibraryError
+from ._lib import call_quietly, library
 
 
 class TraceEvent(enum.IntEnum):
@@ -53,20 +52,13 @@ def _path(path):
     return os.fsencode(os.fspath(path))
 
 
-def _stop_quietly(handle):
-    try:
-        library().gpumem_trace_stop(handle)
-    except (Error, LibraryError):
-        pass
-
-
 class Trace:
     """A recording in progress, from trace_start(). stop(), the end of a with block, or collection
     stops it and completes the file."""
 
     def __init__(self, handle, allocator, path):
         self.handle, self.allocator, self.path = handle, allocator, path
-        self._finalizer = weakref.finalize(self, _stop_quietly, handle)
+        self._finalizer = weakref.finalize(self, call_quietly, "gpumem_trace_stop", handle)
 
     @property
     def stopped(self):
@@ -103,13 +95,6 @@ def trace_start(allocator, path):
     return Trace(out.value, allocator, path)
 
 
-def _close_quietly(handle):
-    try:
-        library().gpumem_trace_reader_close(handle)
-    except (Error, LibraryError):
-        pass
-
-
 class TraceReader:
     """An open trace file: `header`, then its records by iteration, as TraceRecord. close(), the
     end of a with block, or collection closes it. IoError names the byte offset of damage, at
@@ -121,7 +106,7 @@ class TraceReader:
         lib.gpumem_trace_reader_open(_path(path), ctypes.byref(out))
         self.path = path
         self._handle = out.value
-        self._finalizer = weakref.finalize(self, _close_quietly, out.value)
+        self._finalizer = weakref.finalize(self, call_quietly, "gpumem_trace_reader_close", out.value)
         self._lock = threading.Lock()
         header = _types.new(_types.TraceHeader)
         lib.gpumem_trace_reader_get_header(self._handle, ctypes.byref(header))

@@ -1,6 +1,8 @@
 """What the tests share: the source tree, and whether a GPU is there."""
 import os
 import pathlib
+import subprocess
+import sys
 
 import gpumem
 
@@ -18,3 +20,13 @@ def gpu_count():
         return gpumem.device_count()
     except gpumem.Error:
         return 0
+
+
+def run_python(script, *args):
+    """Runs `script` in a new interpreter with this gpumem package and library, for what could
+    crash the process or needs its exit: the finished subprocess.CompletedProcess, text captured."""
+    env = dict(os.environ)
+    package_root = str(pathlib.Path(gpumem.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    env["GPUMEM_LIBRARY"] = gpumem.library()._name
+    return subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=120)

@@ -50,10 +50,20 @@ class CopyFieldsTest(unittest.TestCase):
             gpumem.Array(0)
         self.assertEqual(caught.exception.detail, "width is 0")
 
-    def test_staging(self):
-        self.assertGreaterEqual(gpumem.copy_staging_held(), 0)
-        self.assertLessEqual(gpumem.copy_staging_held(), gpumem.COPY_STAGING_LIMIT)
+    def test_staging_released_is_not_held(self):
         gpumem.copy_staging_release()
+        self.assertEqual(gpumem.copy_staging_held(), 0)  # no copy is using any
+
+    def test_negative_extents_and_offsets_are_refused_before_the_library(self):
+        with self.assertRaises(ValueError) as caught:
+            gpumem.Array(16, -1)
+        self.assertEqual(str(caught.exception), "height is -1; it cannot be negative")
+        with self.assertRaises(ValueError) as caught:
+            gpumem.copy2d(dst=bytearray(64), dst_x=-8, src=bytearray(64), width=8, height=2)
+        self.assertEqual(str(caught.exception), "dst_x is -8; it cannot be negative")
+        with self.assertRaises(ValueError) as caught:
+            gpumem.copy3d(dst=1 << 20, src=2 << 20, width=8, height=2, depth=1, src_z=-1)
+        self.assertEqual(str(caught.exception), "src_z is -1; it cannot be negative")
 
 
 @unittest.skipUnless(GPUS == 0, "a CUDA device is present")
@@ -124,6 +134,19 @@ class ArrayGpuTest(unittest.TestCase):
             self.assertEqual(part, b"".join(data[r * 64 + 16 : r * 64 + 48] for r in range(3)))
             with self.assertRaises(gpumem.InvalidArgument):
                 gpumem.copy2d(dst=part, src=array, src_x=8, width=16, height=1)  # half an element
+
+    def test_staging_of_copies_with_plain_host_memory(self):
+        data = os.urandom(4 << 20)  # above the size the driver copies directly
+        with gpumem.device_alloc(len(data)) as device:
+            gpumem.copy(device, data)
+            held = gpumem.copy_staging_held()
+            self.assertGreater(held, 0)
+            self.assertLessEqual(held, gpumem.COPY_STAGING_LIMIT)
+            gpumem.copy_staging_release()
+            self.assertEqual(gpumem.copy_staging_held(), 0)
+            back = bytearray(len(data))
+            gpumem.copy(back, device)
+            self.assertEqual(back, data)
 
     def test_a_1d_array(self):
         data = os.urandom(200)

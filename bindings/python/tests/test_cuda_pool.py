@@ -1,6 +1,8 @@
 """CUDA-pool and VM allocators' own calls, and peer access: refusals everywhere, numbers on a device."""
+import gc
 import os
 import unittest
+import weakref
 
 import gpumem
 
@@ -8,6 +10,13 @@ from .support import gpu_count
 
 GPUS = gpu_count()
 KEEP_ALL = 2**64 - 1
+
+
+def settle():
+    """Waits for the work queued on the legacy stream, stream-ordered frees included: a synchronous
+    memset does."""
+    with gpumem.device_alloc(4) as scratch:
+        gpumem.memset(scratch, 0)
 
 
 class KindRefusalTest(unittest.TestCase):
@@ -69,11 +78,15 @@ class CudaPoolGpuTest(unittest.TestCase):
             self.assertGreaterEqual(info.used, 1 << 20)
             self.assertGreaterEqual(info.reserved, info.used)
             self.assertGreaterEqual(info.used_high, info.used)
-        self.assertGreaterEqual(a.info().reserved, 1 << 20)  # freed memory stays in the pool
+        settle()  # the free is ordered on the legacy stream
+        info = a.info()
+        self.assertEqual(info.used, 0)
+        self.assertGreaterEqual(info.used_high, 1 << 20)  # the peak stays until reset
+        self.assertGreaterEqual(info.reserved, 1 << 20)  # freed memory stays in the pool
         a.reset_pool_peaks()
         after = a.info()
-        self.assertGreaterEqual(after.used_high, after.used)
-        self.assertGreaterEqual(after.reserved_high, after.reserved)
+        self.assertEqual(after.used_high, 0)  # restarted from what is in use now
+        self.assertEqual((after.reserved, after.reserved_high), (info.reserved, info.reserved))
 
     def test_threshold_and_trim(self):
         a = self.allocator
@@ -82,9 +95,10 @@ class CudaPoolGpuTest(unittest.TestCase):
         a.set_release_threshold(KEEP_ALL)
         self.assertEqual(a.info().release_threshold, KEEP_ALL)
         a.alloc(4 << 20).free()
-        before = a.info().reserved
+        settle()
+        self.assertGreaterEqual(a.info().reserved, 4 << 20)  # kept at the synchronize: the threshold keeps all
         a.trim(0)
-        self.assertLessEqual(a.info().reserved, before)
+        self.assertEqual(a.info().reserved, 0)
 
     def test_raw_memory_from_the_pool(self):
         data, back = os.urandom(4096), bytearray(4096)
@@ -95,6 +109,26 @@ class CudaPoolGpuTest(unittest.TestCase):
                 gpumem.copy(back, b)
                 self.assertEqual(back, data)
                 self.assertGreaterEqual(self.allocator.info().used, 4096)
+
+    def test_allocators_over_its_pool_keep_it_alive(self):
+        # The pool is the CudaPoolAllocator's own (NEW), destroyed with it.
+        for make in (
+            lambda source: gpumem.Allocator.device_async(0, cuda_pool=source),
+            lambda source: gpumem.Allocator.cuda_pool(0, source=gpumem.CudaPoolSource.EXTERNAL, pool=source),
+        ):
+            source = gpumem.Allocator.cuda_pool(0, source=gpumem.CudaPoolSource.NEW)
+            alive = weakref.ref(source)
+            over = make(source)
+            del source
+            gc.collect()
+            self.assertIsNotNone(alive())
+            with over.alloc(1 << 20) as b:
+                gpumem.memset(b, 0)  # synchronous: the allocation ordered before it is made
+                self.assertGreaterEqual(alive().info().used, 1 << 20)  # from that pool
+            settle()
+            over.close()
+            gc.collect()
+            self.assertIsNone(alive())
 
     def test_a_borrowed_cuda_pool_allocator(self):
         borrowed = gpumem.CudaPoolAllocator.from_handle(self.allocator.handle)

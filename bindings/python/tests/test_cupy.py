@@ -5,6 +5,7 @@ gpumem's, and the results must match bit for bit: every operation used is determ
 given input, so a difference means memory was handed out while still in use, or not ordered
 between streams.
 """
+import ctypes
 import gc
 import unittest
 import weakref
@@ -182,6 +183,29 @@ def _differences(got, expected):
         f"{differ.size} of {got.size} elements differ; the first, at {first}, is "
         f"{got.reshape(-1)[first]!r} where {expected.reshape(-1)[first]!r} was expected"
     )
+
+
+class CupyArgumentsTest(unittest.TestCase):
+    """What needs neither CuPy nor a device: arguments, and the targets CuPy frees through."""
+
+    def test_pinned_is_a_bool_or_an_allocator(self):
+        with self.assertRaises(TypeError):
+            gpumem.cupy.CupyAllocator(pinned=None)
+
+    def test_targets_are_invalid_from_a_close_on_and_valid_again_when_it_is_refused(self):
+        host = gpumem.Allocator.host()
+        key = (host.handle, 0x10)
+        target = gpumem.cupy._types.CupyTarget.from_address(gpumem.cupy._target(host, 0x10))
+        size = target.struct_size
+        b = host.alloc(64)
+        with self.assertRaises(gpumem.Busy):
+            host.close()
+        self.assertEqual(target.struct_size, size)
+        self.assertEqual(gpumem.cupy._targets[key], ctypes.addressof(target))
+        b.free()
+        host.close()
+        self.assertEqual(target.struct_size, 0)  # gpumem_cupy_alloc and gpumem_cupy_free refuse it
+        self.assertNotIn(key, gpumem.cupy._targets)
 
 
 @unittest.skipIf(_SKIP is not None, _SKIP or "")

@@ -91,12 +91,16 @@ class ThreadOverrideTest(unittest.TestCase):
         self.assertEqual(header.kind, "pool")
         self.assertEqual([r.address for r in records if r.event == gpumem.TraceEvent.ALLOC], [b.ptr])
 
-    def test_a_closed_allocator_is_no_override(self):
+    def test_a_closed_allocator_is_no_override_nor_default(self):
         closed = gpumem.Allocator.host()
         closed.close()
-        with self.assertRaises(gpumem.InvalidHandle):
+        held = dict(gpumem.defaults._held)
+        with self.assertRaises(ValueError):  # before the library: the handle may be another's now
             gpumem.set_thread_allocator(closed)
         self.assertIsNone(gpumem.thread_allocator())
+        with self.assertRaises(ValueError):
+            gpumem.set_default_allocator(0, closed)
+        self.assertEqual(gpumem.defaults._held, held)
 
 
 @unittest.skipUnless(GPUS == 0, "a CUDA device is present")
@@ -181,6 +185,11 @@ class ReclaimTest(unittest.TestCase):
         self.assertEqual([str(e) for e in r.errors], ["reclaim saw 512"])
         self.assertIn("Exception ignored in gpumem reclaim callback", stderr.getvalue())
         held.pop().free()
+
+    def test_a_callback_must_be_callable(self):
+        for fn in ("x", None):
+            with self.subTest(fn=fn), self.assertRaises(TypeError):
+                gpumem.reclaim_add(fn)
 
     def test_removing_twice_does_nothing_and_a_bad_id_is_refused(self):
         r = gpumem.reclaim_add(lambda device, size: None)

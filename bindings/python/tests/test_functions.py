@@ -3,10 +3,6 @@ import contextlib
 import ctypes
 import gc
 import io
-import os
-import pathlib
-import subprocess
-import sys
 import tempfile
 import textwrap
 import threading
@@ -14,6 +10,8 @@ import unittest
 import weakref
 
 import gpumem
+
+from .support import run_python
 
 
 class Block(bytearray):
@@ -101,8 +99,7 @@ class FunctionsAllocatorTest(unittest.TestCase):
             seen.append(device)
             return ctypes.create_string_buffer(size)
 
-        with gpumem.Allocator.functions(alloc, device=3) as fa:
-            self.assertIsInstance(fa, gpumem.FunctionsAllocator)
+        with gpumem.FunctionsAllocator(alloc, device=3) as fa:
             self.assertEqual(fa.device_id, 3)
             fa.alloc(10).free()
         self.assertEqual(seen, [3])
@@ -204,7 +201,7 @@ class FunctionsAllocatorTest(unittest.TestCase):
         gc.collect()
         self.assertEqual(len([c for c in arena.calls if c[0] == "free"]), 3)
 
-    def test_callbacks_live_as_long_as_the_library_may_call_them(self):
+    def test_a_pool_keeps_its_functions_upstream(self):
         arena = Arena(8192)
 
         def make_pool():
@@ -219,6 +216,32 @@ class FunctionsAllocatorTest(unittest.TestCase):
         upstream = pool.upstream
         pool.close()
         upstream.close()
+
+    def test_callbacks_outlive_an_allocator_whose_destruction_is_refused(self):
+        # The allocator's object is collected while memory from it lives on: the library refuses
+        # to destroy it, and the memory's free still calls the functions.
+        done = run_python(
+            textwrap.dedent(
+                """
+                import ctypes, gc
+                import gpumem
+                freed = []
+                fa = gpumem.FunctionsAllocator(
+                    lambda size, device, stream: ctypes.create_string_buffer(size),
+                    lambda ptr, size, device, stream: freed.append(size),
+                )
+                buffers = [gpumem.Allocator.from_handle(fa.handle).alloc(64 + n) for n in range(100)]
+                del fa
+                gc.collect()
+                garbage = [bytearray(100) for _ in range(10000)]  # over what was freed
+                for b in buffers:
+                    ctypes.memset(b.ptr, 7, b.size)  # the memory alloc returned is still kept
+                    b.free()
+                print(sum(freed))
+                """
+            )
+        )
+        self.assertEqual((done.returncode, done.stdout, done.stderr), (0, f"{sum(range(64, 164))}\n", ""))
 
     def test_threads_allocate_concurrently(self):
         arena = Arena(1 << 20)
@@ -254,6 +277,24 @@ class FunctionsAllocatorTest(unittest.TestCase):
             gpumem.FunctionsAllocator(alloc, map=lambda p, s, d: None)
         with self.assertRaises(TypeError):
             gpumem.FunctionsAllocator.from_handle(1234)
+
+    def test_functions_must_be_callable(self):
+        alloc = Arena(4096).alloc
+        for name, call in [
+            ("alloc", lambda: gpumem.FunctionsAllocator(42)),
+            ("alloc", lambda: gpumem.FunctionsAllocator(None)),
+            ("free", lambda: gpumem.FunctionsAllocator(alloc, free="nope")),
+            ("reserve", lambda: gpumem.FunctionsAllocator(alloc, reserve=4096)),
+            ("map", lambda: gpumem.FunctionsAllocator(alloc, reserve=alloc, map="map")),
+        ]:
+            with self.subTest(name), self.assertRaises(TypeError) as caught:
+                call()
+            self.assertIn(f"{name} must be callable", str(caught.exception))
+
+    def test_negative_map_units_are_refused_before_the_library(self):
+        with self.assertRaises(ValueError) as caught:
+            gpumem.FunctionsAllocator(lambda size, device, stream: 0, reserve=lambda size, device: 0, map_unit=-4096)
+        self.assertEqual(str(caught.exception), "map_unit is -4096; it cannot be negative")
 
 
 class RangesTest(unittest.TestCase):
@@ -318,23 +359,17 @@ class InterpreterExitTest(unittest.TestCase):
             gpumem.set_thread_allocator(pool)
             reclaim = gpumem.reclaim_add(lambda device, size: None)
             folder = sys.argv[1]
-            with gpumem.Allocator.host() as host, host.trace(os.path.join(folder, "done.trace")):
+            with gpumem.Allocator.host() as host, gpumem.trace_start(host, os.path.join(folder, "done.trace")):
                 host.alloc(64).free()
             reader = gpumem.TraceReader(os.path.join(folder, "done.trace"))
-            trace = pool.trace(os.path.join(folder, "running.trace"))
+            trace = gpumem.trace_start(pool, os.path.join(folder, "running.trace"))
             pool.alloc(64)
             del fa, pool
             print("ok")
             """
         )
-        env = dict(os.environ)
-        package_root = str(pathlib.Path(gpumem.__file__).resolve().parents[1])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-        env["GPUMEM_LIBRARY"] = gpumem.library()._name
         with tempfile.TemporaryDirectory() as folder:
-            done = subprocess.run(
-                [sys.executable, "-c", script, folder], env=env, capture_output=True, text=True, timeout=120
-            )
+            done = run_python(script, folder)
         self.assertEqual((done.returncode, done.stdout, done.stderr), (0, "ok\n", ""))
 
 

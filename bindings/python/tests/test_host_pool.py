@@ -6,15 +6,16 @@ import io
 import json
 import os
 import pathlib
-import subprocess
-import sys
 import tempfile
 import textwrap
 import unittest
 import weakref
+from unittest import mock
 
 import gpumem
 from gpumem import BlockState, HookEvent
+
+from .support import run_python
 
 
 class HostPoolTest(unittest.TestCase):
@@ -152,6 +153,49 @@ class HostPoolTest(unittest.TestCase):
         self.host.free(b.ptr)
         self.assertEqual(self.host.stats().free_count, 1)
 
+    def test_free_by_the_address_of_a_live_buffer_frees_that_buffer(self):
+        b = self.pool.alloc(64)
+        self.pool.free(b.ptr)
+        self.assertTrue(b.freed)
+        c = self.pool.alloc(64)
+        self.assertEqual(c.ptr, b.ptr)  # the cached block again
+        del b
+        gc.collect()  # b's finalizer must not free c's memory
+        self.assertFalse(c.freed)
+        self.assertEqual(self.pool.info().used_bytes, 512)
+        with self.pool.alloc(64) as d:
+            self.assertNotEqual(d.ptr, c.ptr)
+        c.free()
+        self.assertEqual(self.pool.stats().free_count, 3)
+
+    def test_a_buffer_freed_by_two_callers_at_once_is_freed_once(self):
+        b = self.pool.alloc(64)
+        real = gpumem.library()
+        calls = []
+
+        class Library:
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def gpumem_free(self, *args):
+                calls.append(args)
+                if len(calls) == 1:
+                    b.free()  # another thread's, between the first one's check and its free
+                real.gpumem_free(*args)
+
+        with mock.patch.object(gpumem.allocator, "library", Library):
+            b.free()
+        self.assertEqual(len(calls), 1)
+        self.assertTrue(b.freed)
+        self.assertEqual(self.pool.stats().free_count, 1)
+
+    def test_int_of_a_freed_buffer_is_refused(self):
+        b = self.pool.alloc(64)
+        self.assertEqual(int(b), b.ptr)
+        b.free()
+        with self.assertRaises(ValueError):
+            int(b)
+
     def test_device_of_host_memory(self):
         self.assertEqual(self.pool.device_id, -1)
         self.assertEqual(self.host.device_id, -1)
@@ -218,7 +262,7 @@ class HostPoolTest(unittest.TestCase):
     def test_buffers_of_a_closed_allocator_do_not_free_through_it(self):
         a = gpumem.Allocator.host()
         b = a.alloc(64)
-        a.free(b.ptr)  # by address: the Buffer does not know
+        gpumem.Allocator.from_handle(a.handle).free(b.ptr)  # through another object: the Buffer does not know
         a.close()
         self.assertTrue(b.freed)
         b.free()  # nothing: the handle may be another allocator's by now
@@ -232,6 +276,58 @@ class HostPoolTest(unittest.TestCase):
             self.assertEqual(borrowed.info().used_bytes, 512)
         borrowed.close()  # borrowed: nothing happens
         self.assertFalse(borrowed.closed)
+
+    def test_a_closed_allocator_has_no_handle(self):
+        a = gpumem.Allocator.host()
+        a.close()
+        with self.assertRaises(ValueError):
+            a.handle
+        with self.assertRaises(ValueError):
+            gpumem.Pool(a)
+        with self.assertRaises(ValueError):
+            gpumem.trace_start(a, os.devnull)
+        with mock.patch.object(gpumem.allocator, "library") as library:
+            with self.assertRaises(gpumem.InvalidHandle) as caught:
+                a.close()
+        library.assert_not_called()  # the handle may name another allocator by now
+        self.assertIn("is closed already", caught.exception.detail)
+        self.assertIn("closed", repr(a))
+
+    def test_close_listeners_run_before_the_destruction_and_are_undone_when_it_is_refused(self):
+        seen = []
+
+        def listener(handle):
+            # The allocator is still live here: its statistics can be read.
+            seen.append(("listener", gpumem.Allocator.from_handle(handle).stats().bytes_in_use))
+            return lambda: seen.append(("undo", handle))
+
+        gpumem.allocator._close_listeners.append(listener)
+        self.addCleanup(gpumem.allocator._close_listeners.remove, listener)
+        a = gpumem.Allocator.host()
+        b = a.alloc(64)
+        with self.assertRaises(gpumem.Busy):
+            a.close()
+        self.assertEqual(seen, [("listener", 64), ("undo", a.handle)])
+        b.free()
+        a.close()
+        self.assertEqual(seen[2:], [("listener", 0)])
+
+    def test_negative_sizes_are_refused_before_the_library(self):
+        for name, call in [
+            ("limit", lambda: gpumem.Pool(self.host, limit=-1)),
+            ("limit", lambda: self.pool.set_limit(-5)),
+            ("alignment", lambda: gpumem.Allocator.host(alignment=-512)),
+            ("keep_bytes", lambda: gpumem.CudaPoolAllocator.from_handle(self.host.handle).trim(-1)),
+            ("nbytes", lambda: gpumem.CudaPoolAllocator.from_handle(self.host.handle).set_release_threshold(-1)),
+            ("max_size", lambda: gpumem.Allocator.cuda_pool(max_size=-1)),
+            ("map_unit", lambda: gpumem.Allocator.vm(map_unit=-1)),
+            ("nbytes", lambda: gpumem.pin_cache_set_budget(-1)),
+            ("size", lambda: self.pool.alloc(-1)),
+        ]:
+            with self.subTest(name), self.assertRaises(ValueError) as caught:
+                call()
+            self.assertRegex(str(caught.exception), rf"^{name} is -\d+; it cannot be negative$")
+        self.assertEqual(self.pool.info().limit, 0)
 
     def test_peer_access_is_not_for_host_memory(self):
         with self.assertRaises(gpumem.NotSupported) as caught:
@@ -298,6 +394,62 @@ class HookTest(unittest.TestCase):
         h.remove()
         h.remove()
 
+    def test_a_hook_needs_a_function(self):
+        for fn in (None, "print", 42):
+            with self.subTest(fn=fn), self.assertRaises(TypeError):
+                self.pool.add_hook(HookEvent.ALL, fn)
+        self.assertEqual(self.pool._callbacks, [])
+
+    def test_removing_a_hook_of_a_closed_allocator_does_nothing(self):
+        host = gpumem.Allocator.host()
+        hook = host.add_hook(HookEvent.ALL, lambda info: None)
+        host.close()
+        hook.remove()
+        self.assertIsNone(hook.id)
+
+    def test_hooks_outlive_an_allocator_whose_destruction_is_refused(self):
+        # The pool's object is collected while memory from it lives on (as CuPy's does): the
+        # library refuses to destroy the pool, whose frees then still call the hook.
+        done = run_python(
+            textwrap.dedent(
+                """
+                import gc
+                import gpumem
+                seen = []
+                pool = gpumem.Pool(gpumem.Allocator.host())
+                pool.add_hook(gpumem.HookEvent.FREE_POST, seen.append)
+                borrowed = gpumem.Allocator.from_handle(pool.handle)
+                buffers = [borrowed.alloc(64) for _ in range(100)]
+                del pool
+                gc.collect()
+                garbage = [bytearray(100) for _ in range(10000)]  # over what was freed
+                for b in buffers:
+                    b.free()
+                print(len(seen))
+                """
+            )
+        )
+        self.assertEqual((done.returncode, done.stdout, done.stderr), (0, "100\n", ""))
+
+    def test_hooks_added_through_a_borrowed_allocator_stay(self):
+        # Python cannot see when a borrowed allocator is destroyed: its hooks stay for good.
+        done = run_python(
+            textwrap.dedent(
+                """
+                import gc
+                import gpumem
+                seen = []
+                pool = gpumem.Pool(gpumem.Allocator.host())
+                gpumem.Allocator.from_handle(pool.handle).add_hook(gpumem.HookEvent.MALLOC_POST, seen.append)
+                gc.collect()
+                garbage = [bytearray(100) for _ in range(10000)]
+                buffers = [pool.alloc(64) for _ in range(100)]
+                print(len(seen))
+                """
+            )
+        )
+        self.assertEqual((done.returncode, done.stdout, done.stderr), (0, "100\n", ""))
+
     def test_hooks_on_the_upstream_see_the_pools_blocks(self):
         seen = []
         with self.host.add_hook(HookEvent.MALLOC_POST, seen.append):
@@ -324,11 +476,7 @@ class InterpreterExitTest(unittest.TestCase):
             print("ok")
             """
         )
-        env = dict(os.environ)
-        package_root = str(pathlib.Path(gpumem.__file__).resolve().parents[1])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-        env["GPUMEM_LIBRARY"] = gpumem.library()._name
-        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+        done = run_python(script)
         self.assertEqual((done.returncode, done.stdout, done.stderr), (0, "ok\n", ""))
 
 

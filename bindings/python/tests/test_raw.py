@@ -3,6 +3,7 @@ import ctypes
 import mmap
 import os
 import unittest
+from unittest import mock
 
 import gpumem
 from gpumem import Advice, HostAllocFlags, HostRegisterFlags, Location, RawKind
@@ -23,6 +24,18 @@ class RawBadInputTest(unittest.TestCase):
             with self.subTest(name), self.assertRaises(gpumem.InvalidArgument) as caught:
                 call()
             self.assertEqual(caught.exception.detail, "size is 0")
+
+    def test_a_negative_size_is_refused_before_the_library(self):
+        for name, call in [
+            ("device_alloc", lambda: gpumem.device_alloc(-1)),
+            ("device_alloc_async", lambda: gpumem.device_alloc_async(-1)),
+            ("device_alloc_from_pool", lambda: gpumem.device_alloc_from_pool(0x1000, -1)),
+            ("host_alloc", lambda: gpumem.host_alloc(-1)),
+            ("managed_alloc", lambda: gpumem.managed_alloc(-1)),
+        ]:
+            with self.subTest(name), self.assertRaises(ValueError) as caught:
+                call()
+            self.assertEqual(str(caught.exception), "size is -1; it cannot be negative")
 
     def test_unknown_flags_and_advice_are_invalid_arguments(self):
         with self.assertRaises(gpumem.InvalidArgument) as caught:
@@ -66,7 +79,44 @@ class RawBadInputTest(unittest.TestCase):
         pinned.free()
         with self.assertRaises(ValueError):
             gpumem.copy(pinned, b"x")
+        with self.assertRaises(ValueError):
+            int(pinned)
         self.assertIn("freed", repr(pinned))
+
+    def test_a_raw_buffer_freed_by_two_callers_at_once_is_freed_once(self):
+        b = gpumem.RawBuffer(RawKind.PINNED, 0, 0, -1)
+        calls = []
+
+        class Library:
+            def gpumem_host_free(self, ptr):
+                calls.append(ptr)
+                if len(calls) == 1:
+                    b.free()  # another thread's, between the first one's check and its free
+
+        with mock.patch.object(gpumem.raw, "library", Library):
+            b.free()
+        self.assertEqual(calls, [0])
+        self.assertTrue(b.freed)
+
+    def test_a_raw_buffer_whose_free_fails_stays_live(self):
+        b = gpumem.RawBuffer(RawKind.DEVICE, 0, 0, 0)
+
+        class Library:
+            def gpumem_device_free(self, ptr):
+                raise gpumem.InvalidPointer(gpumem.InvalidPointer.STATUS, "not now")
+
+        with mock.patch.object(gpumem.raw, "library", Library), self.assertRaises(gpumem.InvalidPointer):
+            b.free()
+        self.assertFalse(b.freed)
+        b.free()  # NULL, for the library itself
+        self.assertTrue(b.freed)
+
+    def test_a_device_the_driver_cannot_tell_is_none(self):
+        def pointer_info(ptr):
+            raise gpumem.NoDriver(gpumem.NoDriver.STATUS, "no driver here")
+
+        with mock.patch.object(gpumem.raw, "pointer_info", pointer_info):
+            self.assertIsNone(gpumem.raw._device_of(0x1000))
 
 
 @unittest.skipUnless(GPUS == 0, "a CUDA device is present")

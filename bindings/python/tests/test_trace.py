@@ -54,8 +54,8 @@ class TraceTest(unittest.TestCase):
         times = [r.time_ns for r in records]
         self.assertEqual(times, sorted(times))
 
-    def test_read_trace_and_the_allocator_method(self):
-        with self.host.trace(self.path):
+    def test_read_trace(self):
+        with gpumem.trace_start(self.host, self.path):
             self.host.alloc(64).free()
         header, records = gpumem.read_trace(self.path)
         self.assertEqual(header.kind, "host")
@@ -68,19 +68,19 @@ class TraceTest(unittest.TestCase):
             self.assertIn("is being traced already", caught.exception.detail)
 
     def test_stop_twice_does_nothing(self):
-        trace = self.pool.trace(self.path)
+        trace = gpumem.trace_start(self.pool, self.path)
         trace.stop()
         trace.stop()
         self.assertEqual(gpumem.read_trace(self.path)[1], [])
 
     def test_a_collected_recording_completes_its_file(self):
-        self.pool.trace(self.path)  # dropped at once: stopped by its finalizer
+        gpumem.trace_start(self.pool, self.path)  # dropped at once: stopped by its finalizer
         self.pool.alloc(64).free()
         self.assertEqual(gpumem.read_trace(self.path)[1], [])
 
     def test_a_file_that_cannot_be_created(self):
         with self.assertRaises(gpumem.IoError) as caught:
-            self.pool.trace(os.path.join(self.folder, "missing", "x.trace"))
+            gpumem.trace_start(self.pool, os.path.join(self.folder, "missing", "x.trace"))
         self.assertIn("cannot create the trace file", caught.exception.detail)
 
     def test_a_file_that_is_not_a_trace(self):
@@ -92,7 +92,7 @@ class TraceTest(unittest.TestCase):
         self.assertIn("is not a gpumem trace", caught.exception.detail)
 
     def test_a_damaged_file_is_reported_at_its_first_bad_record(self):
-        with self.pool.trace(self.path):
+        with gpumem.trace_start(self.pool, self.path):
             for _ in range(3):
                 self.pool.alloc(64).free()
         with open(self.path, "rb") as f:
@@ -105,7 +105,7 @@ class TraceTest(unittest.TestCase):
         self.assertIn("is damaged at byte", caught.exception.detail)
 
     def test_a_closed_reader_refuses_to_read(self):
-        with self.pool.trace(self.path):
+        with gpumem.trace_start(self.pool, self.path):
             self.pool.alloc(64).free()
         reader = gpumem.TraceReader(self.path)
         self.assertEqual(next(reader).event, TraceEvent.UPSTREAM_ALLOC)
