@@ -12,8 +12,6 @@ fn main() {
                 "cargo:rustc-link-search=native={}",
                 std::path::Path::new(&dir).display()
             );
-            // Dependents' build scripts read it as DEP_GPUMEM_LIB_DIR.
-            println!("cargo:lib_dir={}", std::path::Path::new(&dir).display());
         }
     }
     println!("cargo:rustc-link-lib=dylib=gpumem");

@@ -7,11 +7,15 @@
 //! C enums stay integers: a status is an `i32`, never a Rust enum, so a value this crate does not
 //! know (from a newer library) is still representable.
 //!
-//! Every function is `unsafe`; each one's contract, statuses and thread-safety phrase are in the
-//! Doxygen of the header named beside it. The `gpumem` crate is the safe interface. The `header`
-//! test compiles these declarations against the headers, so a mismatch fails the build's tests.
+//! The documentation is the headers': items come in sections named after the header that
+//! declares them (`// pool.h`), in its order, and each one's meaning, contract, statuses and
+//! thread-safety phrase are in that header's Doxygen, under the same name. Every function is
+//! `unsafe`. The `gpumem` crate is the safe interface. The `header` test compiles these
+//! declarations against the headers, so a mismatch fails the build's tests.
 
 #![allow(non_camel_case_types)]
+// Each item's documentation is its header's, under the same name (see above).
+#![allow(missing_docs)]
 
 use std::marker::{PhantomData, PhantomPinned};
 use std::os::raw::{c_char, c_void};
@@ -34,37 +38,22 @@ pub const GPUMEM_VERSION_STRING: &str = "0.4.0";
 /// `gpumem_status_t` (core.h): 0 or a negative `GPUMEM_ERROR_*` code.
 pub type gpumem_status_t = i32;
 
-/// `enum gpumem_status` (core.h).
+// enum gpumem_status (core.h)
 pub const GPUMEM_SUCCESS: i32 = 0;
-/// See core.h.
 pub const GPUMEM_ERROR_INVALID_ARGUMENT: i32 = -1;
-/// See core.h.
 pub const GPUMEM_ERROR_OUT_OF_MEMORY: i32 = -2;
-/// See core.h.
 pub const GPUMEM_ERROR_NO_DRIVER: i32 = -3;
-/// See core.h.
 pub const GPUMEM_ERROR_NO_DEVICE: i32 = -4;
-/// See core.h.
 pub const GPUMEM_ERROR_INVALID_DEVICE: i32 = -5;
-/// See core.h.
 pub const GPUMEM_ERROR_NOT_SUPPORTED: i32 = -6;
-/// See core.h.
 pub const GPUMEM_ERROR_INVALID_POINTER: i32 = -7;
-/// See core.h.
 pub const GPUMEM_ERROR_INVALID_HANDLE: i32 = -8;
-/// See core.h.
 pub const GPUMEM_ERROR_ALREADY_REGISTERED: i32 = -9;
-/// See core.h.
 pub const GPUMEM_ERROR_STREAM_CAPTURE: i32 = -10;
-/// See core.h.
 pub const GPUMEM_ERROR_DRIVER: i32 = -11;
-/// See core.h.
 pub const GPUMEM_ERROR_INTERNAL: i32 = -12;
-/// See core.h.
 pub const GPUMEM_ERROR_NOT_OWNED: i32 = -13;
-/// See core.h.
 pub const GPUMEM_ERROR_BUSY: i32 = -14;
-/// See core.h.
 pub const GPUMEM_ERROR_IO: i32 = -15;
 
 /// `struct CUstream_st`: what a CUDA stream handle points to; never dereferenced.
@@ -94,43 +83,31 @@ pub struct CUmemPoolHandle_st {
 /// `gpumem_cuda_pool_t` (memory.h): a `CUmemoryPool` / `cudaMemPool_t`.
 pub type gpumem_cuda_pool_t = *mut CUmemPoolHandle_st;
 
-/// `enum gpumem_host_alloc_flags` (memory.h).
+// enum gpumem_host_alloc_flags (memory.h)
 pub const GPUMEM_HOST_ALLOC_PORTABLE: u32 = 0x1;
-/// See memory.h.
 pub const GPUMEM_HOST_ALLOC_DEVICEMAP: u32 = 0x2;
-/// See memory.h.
 pub const GPUMEM_HOST_ALLOC_WRITECOMBINED: u32 = 0x4;
 
-/// `enum gpumem_host_register_flags` (memory.h).
+// enum gpumem_host_register_flags (memory.h)
 pub const GPUMEM_HOST_REGISTER_PORTABLE: u32 = 0x1;
-/// See memory.h.
 pub const GPUMEM_HOST_REGISTER_DEVICEMAP: u32 = 0x2;
-/// See memory.h.
 pub const GPUMEM_HOST_REGISTER_IOMEMORY: u32 = 0x4;
-/// See memory.h.
 pub const GPUMEM_HOST_REGISTER_READ_ONLY: u32 = 0x8;
 
-/// `enum gpumem_managed_flags` (memory.h).
+// enum gpumem_managed_flags (memory.h)
 pub const GPUMEM_MANAGED_ATTACH_GLOBAL: u32 = 0x1;
-/// See memory.h.
 pub const GPUMEM_MANAGED_ATTACH_HOST: u32 = 0x2;
 
-/// `enum gpumem_location` (memory.h).
+// enum gpumem_location (memory.h)
 pub const GPUMEM_LOCATION_HOST: i32 = -1;
-/// See memory.h.
 pub const GPUMEM_LOCATION_NONE: i32 = -2;
 
-/// `enum gpumem_advice` (memory.h).
+// enum gpumem_advice (memory.h)
 pub const GPUMEM_ADVICE_SET_READ_MOSTLY: i32 = 1;
-/// See memory.h.
 pub const GPUMEM_ADVICE_UNSET_READ_MOSTLY: i32 = 2;
-/// See memory.h.
 pub const GPUMEM_ADVICE_SET_PREFERRED_LOCATION: i32 = 3;
-/// See memory.h.
 pub const GPUMEM_ADVICE_UNSET_PREFERRED_LOCATION: i32 = 4;
-/// See memory.h.
 pub const GPUMEM_ADVICE_SET_ACCESSED_BY: i32 = 5;
-/// See memory.h.
 pub const GPUMEM_ADVICE_UNSET_ACCESSED_BY: i32 = 6;
 
 /// `gpumem_managed_range_info_t` (memory.h).
@@ -146,13 +123,10 @@ pub struct gpumem_managed_range_info_t {
 
 // pointer.h
 
-/// `enum gpumem_memory_type` (pointer.h).
+// enum gpumem_memory_type (pointer.h)
 pub const GPUMEM_MEMORY_UNREGISTERED: i32 = 0;
-/// See pointer.h.
 pub const GPUMEM_MEMORY_HOST: i32 = 1;
-/// See pointer.h.
 pub const GPUMEM_MEMORY_DEVICE: i32 = 2;
-/// See pointer.h.
 pub const GPUMEM_MEMORY_MANAGED: i32 = 3;
 
 /// `gpumem_pointer_info_t` (pointer.h).
@@ -199,21 +173,14 @@ pub struct gpumem_array_t {
     _marker: PhantomData<(*mut u8, PhantomPinned)>,
 }
 
-/// `enum gpumem_format` (array.h).
+// enum gpumem_format (array.h)
 pub const GPUMEM_FORMAT_U8: i32 = 1;
-/// See array.h.
 pub const GPUMEM_FORMAT_U16: i32 = 2;
-/// See array.h.
 pub const GPUMEM_FORMAT_U32: i32 = 3;
-/// See array.h.
 pub const GPUMEM_FORMAT_I8: i32 = 4;
-/// See array.h.
 pub const GPUMEM_FORMAT_I16: i32 = 5;
-/// See array.h.
 pub const GPUMEM_FORMAT_I32: i32 = 6;
-/// See array.h.
 pub const GPUMEM_FORMAT_F16: i32 = 7;
-/// See array.h.
 pub const GPUMEM_FORMAT_F32: i32 = 8;
 
 /// `gpumem_array_desc_t` (array.h).
@@ -356,19 +323,13 @@ pub struct gpumem_allocator_stats_t {
     pub oom_count: u64,
 }
 
-/// `enum gpumem_hook_event` (allocator.h).
+// enum gpumem_hook_event (allocator.h)
 pub const GPUMEM_HOOK_MALLOC_PRE: u32 = 0x1;
-/// See allocator.h.
 pub const GPUMEM_HOOK_MALLOC_POST: u32 = 0x2;
-/// See allocator.h.
 pub const GPUMEM_HOOK_UPSTREAM_ALLOC_PRE: u32 = 0x4;
-/// See allocator.h.
 pub const GPUMEM_HOOK_UPSTREAM_ALLOC_POST: u32 = 0x8;
-/// See allocator.h.
 pub const GPUMEM_HOOK_FREE_PRE: u32 = 0x10;
-/// See allocator.h.
 pub const GPUMEM_HOOK_FREE_POST: u32 = 0x20;
-/// See allocator.h.
 pub const GPUMEM_HOOK_ALL: u32 = 0x3f;
 
 /// `gpumem_hook_info_t` (allocator.h).
@@ -416,13 +377,10 @@ pub struct gpumem_pool_info_t {
     pub address_bytes: u64,
 }
 
-/// `enum gpumem_block_state` (pool.h).
+// enum gpumem_block_state (pool.h)
 pub const GPUMEM_BLOCK_FREE: u32 = 0;
-/// See pool.h.
 pub const GPUMEM_BLOCK_IN_USE: u32 = 1;
-/// See pool.h.
 pub const GPUMEM_BLOCK_PENDING: u32 = 2;
-/// See pool.h.
 pub const GPUMEM_BLOCK_UNMAPPED: u32 = 3;
 
 /// `gpumem_block_info_t` (pool.h).
@@ -442,28 +400,23 @@ pub struct gpumem_block_info_t {
 /// `gpumem_block_fn` (pool.h).
 pub type gpumem_block_fn = Option<unsafe extern "C" fn(block: *const gpumem_block_info_t, user_data: *mut c_void)>;
 
-/// `enum gpumem_pool_release_flags` (pool.h).
+// enum gpumem_pool_release_flags (pool.h)
 pub const GPUMEM_POOL_RELEASE_ALL_STREAMS: u32 = 0x1;
 
 /// `gpumem_reclaim_fn` (pool.h).
 pub type gpumem_reclaim_fn = Option<unsafe extern "C" fn(device: i32, size: usize, user_data: *mut c_void)>;
 
-/// `enum gpumem_stream_reuse` (pool.h).
+// enum gpumem_stream_reuse (pool.h)
 pub const GPUMEM_STREAM_REUSE_NEVER: i32 = 0;
-/// See pool.h.
 pub const GPUMEM_STREAM_REUSE_FENCE: i32 = 1;
-/// See pool.h.
 pub const GPUMEM_STREAM_REUSE_HOST_WAIT: i32 = 2;
 
 // cuda_pool.h
 
-/// `enum gpumem_cuda_pool_source` (cuda_pool.h).
+// enum gpumem_cuda_pool_source (cuda_pool.h)
 pub const GPUMEM_CUDA_POOL_CURRENT: u32 = 0;
-/// See cuda_pool.h.
 pub const GPUMEM_CUDA_POOL_DEFAULT: u32 = 1;
-/// See cuda_pool.h.
 pub const GPUMEM_CUDA_POOL_EXTERNAL: u32 = 2;
-/// See cuda_pool.h.
 pub const GPUMEM_CUDA_POOL_NEW: u32 = 3;
 
 /// `GPUMEM_CUDA_POOL_KEEP_THRESHOLD` (cuda_pool.h): leave a pool's release threshold as it is.
@@ -494,9 +447,8 @@ pub struct gpumem_cuda_pool_info_t {
     pub release_threshold: u64,
 }
 
-/// `enum gpumem_peer_access` (cuda_pool.h).
+// enum gpumem_peer_access (cuda_pool.h)
 pub const GPUMEM_PEER_ACCESS_NONE: u32 = 0;
-/// See cuda_pool.h.
 pub const GPUMEM_PEER_ACCESS_READ_WRITE: u32 = 1;
 
 // vm.h
@@ -535,11 +487,9 @@ pub struct gpumem_cupy_target_t {
 
 // pin.h
 
-/// `enum gpumem_pin_state` (pin.h).
+// enum gpumem_pin_state (pin.h)
 pub const GPUMEM_PIN_NONE: i32 = 0;
-/// See pin.h.
 pub const GPUMEM_PIN_PARTIAL: i32 = 1;
-/// See pin.h.
 pub const GPUMEM_PIN_FULL: i32 = 2;
 
 /// `gpumem_pin_stats_t` (pin.h).
@@ -575,15 +525,11 @@ pub struct gpumem_trace_reader_t {
     _marker: PhantomData<(*mut u8, PhantomPinned)>,
 }
 
-/// `enum gpumem_trace_event` (trace.h).
+// enum gpumem_trace_event (trace.h)
 pub const GPUMEM_TRACE_ALLOC: u32 = 1;
-/// See trace.h.
 pub const GPUMEM_TRACE_FREE: u32 = 2;
-/// See trace.h.
 pub const GPUMEM_TRACE_UPSTREAM_ALLOC: u32 = 3;
-/// See trace.h.
 pub const GPUMEM_TRACE_UPSTREAM_FREE: u32 = 4;
-/// See trace.h.
 pub const GPUMEM_TRACE_ALLOC_FAILED: u32 = 5;
 
 /// `gpumem_trace_header_t` (trace.h).
@@ -612,77 +558,52 @@ pub struct gpumem_trace_record_t {
     pub status: gpumem_status_t,
 }
 
-// The functions, in the order of the headers; each one's documentation is in the header named.
+// The functions, in the order of the headers.
 extern "C" {
     // core.h
-    /// See core.h.
     pub fn gpumem_version_number() -> u32;
-    /// See core.h.
     pub fn gpumem_version_string() -> *const c_char;
-    /// See core.h.
     pub fn gpumem_status_name(status: gpumem_status_t) -> *const c_char;
-    /// See core.h.
     pub fn gpumem_status_string(status: gpumem_status_t) -> *const c_char;
-    /// See core.h.
     pub fn gpumem_last_error_detail() -> *const c_char;
-    /// See core.h.
     pub fn gpumem_last_cuda_result() -> i32;
 
     // device.h
-    /// See device.h.
     pub fn gpumem_driver_get_version(out_version: *mut i32) -> gpumem_status_t;
-    /// See device.h.
     pub fn gpumem_device_get_count(out_count: *mut i32) -> gpumem_status_t;
-    /// See device.h.
     pub fn gpumem_device_get_info(device: i32, out_info: *mut gpumem_device_info_t) -> gpumem_status_t;
-    /// See device.h.
     pub fn gpumem_device_query_memory(device: i32, out_free: *mut usize, out_total: *mut usize) -> gpumem_status_t;
 
     // memory.h
-    /// See memory.h.
     pub fn gpumem_device_alloc(device: i32, size: usize, out_ptr: *mut *mut c_void) -> gpumem_status_t;
-    /// See memory.h.
     pub fn gpumem_device_free(ptr: *mut c_void) -> gpumem_status_t;
-    /// See memory.h.
     pub fn gpumem_device_alloc_async(
         device: i32,
         size: usize,
         stream: gpumem_stream_t,
         out_ptr: *mut *mut c_void,
     ) -> gpumem_status_t;
-    /// See memory.h.
     pub fn gpumem_device_alloc_from_pool(
         pool: gpumem_cuda_pool_t,
         size: usize,
         stream: gpumem_stream_t,
         out_ptr: *mut *mut c_void,
     ) -> gpumem_status_t;
-    /// See memory.h.
     pub fn gpumem_device_free_async(ptr: *mut c_void, stream: gpumem_stream_t) -> gpumem_status_t;
-    /// See memory.h.
     pub fn gpumem_host_alloc(size: usize, flags: u32, out_ptr: *mut *mut c_void) -> gpumem_status_t;
-    /// See memory.h.
     pub fn gpumem_host_free(ptr: *mut c_void) -> gpumem_status_t;
-    /// See memory.h.
     pub fn gpumem_host_register(ptr: *mut c_void, size: usize, flags: u32) -> gpumem_status_t;
-    /// See memory.h.
     pub fn gpumem_host_unregister(ptr: *mut c_void) -> gpumem_status_t;
-    /// See memory.h.
     pub fn gpumem_host_get_device_pointer(ptr: *mut c_void, out_device_ptr: *mut *mut c_void) -> gpumem_status_t;
-    /// See memory.h.
     pub fn gpumem_managed_alloc(device: i32, size: usize, flags: u32, out_ptr: *mut *mut c_void) -> gpumem_status_t;
-    /// See memory.h.
     pub fn gpumem_managed_free(ptr: *mut c_void) -> gpumem_status_t;
-    /// See memory.h.
     pub fn gpumem_managed_prefetch(
         ptr: *mut c_void,
         size: usize,
         location: i32,
         stream: gpumem_stream_t,
     ) -> gpumem_status_t;
-    /// See memory.h.
     pub fn gpumem_managed_advise(ptr: *mut c_void, size: usize, advice: i32, location: i32) -> gpumem_status_t;
-    /// See memory.h.
     pub fn gpumem_managed_get_range_info(
         ptr: *const c_void,
         size: usize,
@@ -690,26 +611,19 @@ extern "C" {
     ) -> gpumem_status_t;
 
     // pointer.h
-    /// See pointer.h.
     pub fn gpumem_pointer_get_info(ptr: *const c_void, out_info: *mut gpumem_pointer_info_t) -> gpumem_status_t;
 
     // array.h
-    /// See array.h.
     pub fn gpumem_array_desc_init(desc: *mut gpumem_array_desc_t, struct_size: usize) -> gpumem_status_t;
-    /// See array.h.
     pub fn gpumem_array_create(
         desc: *const gpumem_array_desc_t,
         out_array: *mut *mut gpumem_array_t,
     ) -> gpumem_status_t;
-    /// See array.h.
     pub fn gpumem_array_destroy(array: *mut gpumem_array_t) -> gpumem_status_t;
-    /// See array.h.
     pub fn gpumem_array_get_desc(array: *const gpumem_array_t, out_desc: *mut gpumem_array_desc_t) -> gpumem_status_t;
 
     // copy.h
-    /// See copy.h.
     pub fn gpumem_memset(dst: *mut c_void, value: u32, element_size: u32, count: usize) -> gpumem_status_t;
-    /// See copy.h.
     pub fn gpumem_memset_async(
         dst: *mut c_void,
         value: u32,
@@ -717,97 +631,69 @@ extern "C" {
         count: usize,
         stream: gpumem_stream_t,
     ) -> gpumem_status_t;
-    /// See copy.h.
     pub fn gpumem_copy(dst: *mut c_void, src: *const c_void, size: usize) -> gpumem_status_t;
-    /// See copy.h.
     pub fn gpumem_copy_async(
         dst: *mut c_void,
         src: *const c_void,
         size: usize,
         stream: gpumem_stream_t,
     ) -> gpumem_status_t;
-    /// See copy.h.
     pub fn gpumem_copy2d_init(copy: *mut gpumem_copy2d_t, struct_size: usize) -> gpumem_status_t;
-    /// See copy.h.
     pub fn gpumem_copy3d_init(copy: *mut gpumem_copy3d_t, struct_size: usize) -> gpumem_status_t;
-    /// See copy.h.
     pub fn gpumem_copy2d(copy: *const gpumem_copy2d_t) -> gpumem_status_t;
-    /// See copy.h.
     pub fn gpumem_copy2d_async(copy: *const gpumem_copy2d_t, stream: gpumem_stream_t) -> gpumem_status_t;
-    /// See copy.h.
     pub fn gpumem_copy3d(copy: *const gpumem_copy3d_t) -> gpumem_status_t;
-    /// See copy.h.
     pub fn gpumem_copy3d_async(copy: *const gpumem_copy3d_t, stream: gpumem_stream_t) -> gpumem_status_t;
-    /// See copy.h.
     pub fn gpumem_copy_staging_get_held(out_bytes: *mut usize) -> gpumem_status_t;
-    /// See copy.h.
     pub fn gpumem_copy_staging_release() -> gpumem_status_t;
 
     // allocator.h
-    /// See allocator.h.
     pub fn gpumem_allocator_create_device(device: i32, out_allocator: *mut *mut gpumem_allocator_t) -> gpumem_status_t;
-    /// See allocator.h.
     pub fn gpumem_allocator_create_device_async(
         device: i32,
         cuda_pool: gpumem_cuda_pool_t,
         out_allocator: *mut *mut gpumem_allocator_t,
     ) -> gpumem_status_t;
-    /// See allocator.h.
     pub fn gpumem_allocator_create_managed(
         device: i32,
         flags: u32,
         out_allocator: *mut *mut gpumem_allocator_t,
     ) -> gpumem_status_t;
-    /// See allocator.h.
     pub fn gpumem_allocator_create_pinned(flags: u32, out_allocator: *mut *mut gpumem_allocator_t) -> gpumem_status_t;
-    /// See allocator.h.
     pub fn gpumem_allocator_create_host(
         alignment: usize,
         out_allocator: *mut *mut gpumem_allocator_t,
     ) -> gpumem_status_t;
-    /// See allocator.h.
     pub fn gpumem_allocator_create_functions(
         functions: *const gpumem_allocator_functions_t,
         out_allocator: *mut *mut gpumem_allocator_t,
     ) -> gpumem_status_t;
-    /// See allocator.h.
     pub fn gpumem_allocator_destroy(allocator: *mut gpumem_allocator_t) -> gpumem_status_t;
-    /// See allocator.h.
     pub fn gpumem_allocator_destroy_force(allocator: *mut gpumem_allocator_t) -> gpumem_status_t;
-    /// See allocator.h.
     pub fn gpumem_allocator_get_device(allocator: *mut gpumem_allocator_t, out_device: *mut i32) -> gpumem_status_t;
-    /// See allocator.h.
     pub fn gpumem_alloc(
         allocator: *mut gpumem_allocator_t,
         size: usize,
         stream: gpumem_stream_t,
         out_ptr: *mut *mut c_void,
     ) -> gpumem_status_t;
-    /// See allocator.h.
     pub fn gpumem_free(
         allocator: *mut gpumem_allocator_t,
         ptr: *mut c_void,
         stream: gpumem_stream_t,
     ) -> gpumem_status_t;
-    /// See allocator.h.
     pub fn gpumem_allocator_set_default(device: i32, allocator: *mut gpumem_allocator_t) -> gpumem_status_t;
-    /// See allocator.h.
     pub fn gpumem_allocator_get_default(device: i32, out_allocator: *mut *mut gpumem_allocator_t) -> gpumem_status_t;
-    /// See allocator.h.
     pub fn gpumem_allocator_set_thread(
         allocator: *mut gpumem_allocator_t,
         out_previous: *mut *mut gpumem_allocator_t,
     ) -> gpumem_status_t;
-    /// See allocator.h.
     pub fn gpumem_allocator_get_thread(out_allocator: *mut *mut gpumem_allocator_t) -> gpumem_status_t;
-    /// See allocator.h.
     pub fn gpumem_allocator_get_stats(
         allocator: *mut gpumem_allocator_t,
         out_stats: *mut gpumem_allocator_stats_t,
     ) -> gpumem_status_t;
-    /// See allocator.h.
     pub fn gpumem_allocator_reset_peaks(allocator: *mut gpumem_allocator_t) -> gpumem_status_t;
-    /// See allocator.h.
     pub fn gpumem_allocator_add_hook(
         allocator: *mut gpumem_allocator_t,
         events: u32,
@@ -815,73 +701,51 @@ extern "C" {
         user_data: *mut c_void,
         out_hook_id: *mut u64,
     ) -> gpumem_status_t;
-    /// See allocator.h.
     pub fn gpumem_allocator_remove_hook(allocator: *mut gpumem_allocator_t, hook_id: u64) -> gpumem_status_t;
 
     // pool.h
-    /// See pool.h.
     pub fn gpumem_pool_params_init(params: *mut gpumem_pool_params_t, struct_size: usize) -> gpumem_status_t;
-    /// See pool.h.
     pub fn gpumem_pool_create(
         params: *const gpumem_pool_params_t,
         out_pool: *mut *mut gpumem_allocator_t,
     ) -> gpumem_status_t;
-    /// See pool.h.
     pub fn gpumem_pool_get_device(device: i32, out_pool: *mut *mut gpumem_allocator_t) -> gpumem_status_t;
-    /// See pool.h.
     pub fn gpumem_pool_release(pool: *mut gpumem_allocator_t, stream: gpumem_stream_t, flags: u32) -> gpumem_status_t;
-    /// See pool.h.
     pub fn gpumem_pool_get_info(pool: *mut gpumem_allocator_t, out_info: *mut gpumem_pool_info_t) -> gpumem_status_t;
-    /// See pool.h.
     pub fn gpumem_pool_snapshot(
         pool: *mut gpumem_allocator_t,
         block_fn: gpumem_block_fn,
         user_data: *mut c_void,
     ) -> gpumem_status_t;
-    /// See pool.h.
     pub fn gpumem_pool_snapshot_json(pool: *mut gpumem_allocator_t, path: *const c_char) -> gpumem_status_t;
-    /// See pool.h.
     pub fn gpumem_pool_set_limit(pool: *mut gpumem_allocator_t, limit: u64) -> gpumem_status_t;
-    /// See pool.h.
     pub fn gpumem_pool_set_limit_fraction(pool: *mut gpumem_allocator_t, fraction: f64) -> gpumem_status_t;
-    /// See pool.h.
     pub fn gpumem_pool_set_stream_reuse(pool: *mut gpumem_allocator_t, reuse: i32) -> gpumem_status_t;
-    /// See pool.h.
     pub fn gpumem_pool_record_stream(
         pool: *mut gpumem_allocator_t,
         ptr: *mut c_void,
         stream: gpumem_stream_t,
     ) -> gpumem_status_t;
-    /// See pool.h.
     pub fn gpumem_reclaim_add(reclaim: gpumem_reclaim_fn, user_data: *mut c_void, out_id: *mut u64) -> gpumem_status_t;
-    /// See pool.h.
     pub fn gpumem_reclaim_remove(id: u64) -> gpumem_status_t;
 
     // cuda_pool.h
-    /// See cuda_pool.h.
     pub fn gpumem_cuda_pool_params_init(params: *mut gpumem_cuda_pool_params_t, struct_size: usize) -> gpumem_status_t;
-    /// See cuda_pool.h.
     pub fn gpumem_allocator_create_cuda_pool(
         params: *const gpumem_cuda_pool_params_t,
         out_allocator: *mut *mut gpumem_allocator_t,
     ) -> gpumem_status_t;
-    /// See cuda_pool.h.
     pub fn gpumem_cuda_pool_get(
         allocator: *mut gpumem_allocator_t,
         out_pool: *mut gpumem_cuda_pool_t,
     ) -> gpumem_status_t;
-    /// See cuda_pool.h.
     pub fn gpumem_cuda_pool_trim(allocator: *mut gpumem_allocator_t, keep_bytes: u64) -> gpumem_status_t;
-    /// See cuda_pool.h.
     pub fn gpumem_cuda_pool_set_release_threshold(allocator: *mut gpumem_allocator_t, bytes: u64) -> gpumem_status_t;
-    /// See cuda_pool.h.
     pub fn gpumem_cuda_pool_get_info(
         allocator: *mut gpumem_allocator_t,
         out_info: *mut gpumem_cuda_pool_info_t,
     ) -> gpumem_status_t;
-    /// See cuda_pool.h.
     pub fn gpumem_cuda_pool_reset_peaks(allocator: *mut gpumem_allocator_t) -> gpumem_status_t;
-    /// See cuda_pool.h.
     pub fn gpumem_allocator_set_peer_access(
         allocator: *mut gpumem_allocator_t,
         peer_device: i32,
@@ -889,70 +753,50 @@ extern "C" {
     ) -> gpumem_status_t;
 
     // vm.h
-    /// See vm.h.
     pub fn gpumem_vm_params_init(params: *mut gpumem_vm_params_t, struct_size: usize) -> gpumem_status_t;
-    /// See vm.h.
     pub fn gpumem_allocator_create_vm(
         params: *const gpumem_vm_params_t,
         out_allocator: *mut *mut gpumem_allocator_t,
     ) -> gpumem_status_t;
-    /// See vm.h.
     pub fn gpumem_vm_get_info(allocator: *mut gpumem_allocator_t, out_info: *mut gpumem_vm_info_t) -> gpumem_status_t;
 
     // torch.h (`ptrdiff_t` is `isize`, PyTorch's `ssize_t` on LP64 Linux)
-    /// See torch.h.
     pub fn gpumem_torch_alloc(size: isize, device: i32, stream: gpumem_stream_t) -> *mut c_void;
-    /// See torch.h.
     pub fn gpumem_torch_free(ptr: *mut c_void, size: isize, device: i32, stream: gpumem_stream_t);
 
     // cupy.h (`target` is a `*mut gpumem_cupy_target_t`, passed through CuPy as its `void*` param)
-    /// See cupy.h.
     pub fn gpumem_cupy_alloc(target: *mut c_void, size: usize, device: i32) -> *mut c_void;
-    /// See cupy.h.
     pub fn gpumem_cupy_free(target: *mut c_void, ptr: *mut c_void, device: i32);
 
     // pin.h
-    /// See pin.h.
     pub fn gpumem_pin(ptr: *mut c_void, size: usize, flags: u32) -> gpumem_status_t;
-    /// See pin.h.
     pub fn gpumem_unpin(ptr: *mut c_void, size: usize) -> gpumem_status_t;
-    /// See pin.h.
     pub fn gpumem_pin_query(ptr: *const c_void, size: usize, out_state: *mut i32) -> gpumem_status_t;
-    /// See pin.h.
     pub fn gpumem_pin_forget(ptr: *mut c_void, size: usize) -> gpumem_status_t;
-    /// See pin.h.
     pub fn gpumem_pin_cache_flush() -> gpumem_status_t;
-    /// See pin.h.
     pub fn gpumem_pin_cache_set_budget(bytes: u64) -> gpumem_status_t;
-    /// See pin.h.
     pub fn gpumem_pin_get_stats(out_stats: *mut gpumem_pin_stats_t) -> gpumem_status_t;
 
     // trace.h
-    /// See trace.h.
     pub fn gpumem_trace_start(
         allocator: *mut gpumem_allocator_t,
         path: *const c_char,
         flags: u32,
         out_trace: *mut *mut gpumem_trace_t,
     ) -> gpumem_status_t;
-    /// See trace.h.
     pub fn gpumem_trace_stop(trace: *mut gpumem_trace_t) -> gpumem_status_t;
-    /// See trace.h.
     pub fn gpumem_trace_reader_open(
         path: *const c_char,
         out_reader: *mut *mut gpumem_trace_reader_t,
     ) -> gpumem_status_t;
-    /// See trace.h.
     pub fn gpumem_trace_reader_get_header(
         reader: *mut gpumem_trace_reader_t,
         out_header: *mut gpumem_trace_header_t,
     ) -> gpumem_status_t;
-    /// See trace.h.
     pub fn gpumem_trace_reader_next(
         reader: *mut gpumem_trace_reader_t,
         out_record: *mut gpumem_trace_record_t,
         out_has_record: *mut bool,
     ) -> gpumem_status_t;
-    /// See trace.h.
     pub fn gpumem_trace_reader_close(reader: *mut gpumem_trace_reader_t) -> gpumem_status_t;
 }

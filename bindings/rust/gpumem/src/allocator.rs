@@ -1,11 +1,10 @@
 //! Allocators and the buffers they hand out (allocator.h, cuda_pool.h, vm.h).
 
-use crate::callback::{guarded, PanicLog};
-use crate::error::{check, invalid, Error, Result};
-use crate::pool::Pool;
+use crate::callback::{guarded, PanicLog, Shell};
+use crate::error::{check, invalid, Error, Result, Status};
 use crate::pool::PoolParams;
 use crate::stream::Stream;
-use crate::{check_version, sys};
+use crate::{require_version, sys};
 use std::fmt;
 use std::mem::{self, ManuallyDrop};
 use std::ops::{BitOr, BitOrAssign};
@@ -13,27 +12,29 @@ use std::os::raw::c_void;
 use std::panic::{self, AssertUnwindSafe};
 use std::ptr::{self, NonNull};
 use std::slice;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// An allocator: raw memory of one kind, a pool, or the caller's own functions. Cloning shares
 /// it; the last handle to go destroys it, after every [`Buffer`], [`Hook`] and pool over it that
-/// holds one of the handles. Allocators made elsewhere and borrowed (a device's default, its
-/// pool) are never destroyed from Rust.
+/// holds one of the handles, and after it stops being a default ([`Allocator::set_default`]
+/// keeps a handle). Allocators made elsewhere and borrowed (a device's pool) are never destroyed
+/// from Rust.
 #[derive(Clone)]
 pub struct Allocator {
     inner: Arc<Inner>,
 }
+
+type HookFn = dyn Fn(&HookInfo) + Send + Sync;
 
 struct Inner {
     handle: NonNull<sys::gpumem_allocator_t>,
     owned: bool,
     /// False once destroy() has destroyed the handle: nothing is left for `drop` to do.
     live: bool,
-    /// Every hook ever added: a call in progress on another thread may still run a removed hook,
-    /// so their closures live as long as the handle. Boxed, as each one's address is its hook's
-    /// user data, which must not move when the Vec grows.
-    #[allow(clippy::vec_box)]
-    hooks: Mutex<Vec<Box<HookState>>>,
+    /// The shell of every hook ever added: a call in progress on another thread may still reach a
+    /// removed hook, so the shells live as long as the handle; their closures go with their
+    /// [`Hook`]. Each shell's address is its hook's user data.
+    hooks: Mutex<Vec<Arc<Shell<HookFn>>>>,
     panics: Arc<PanicLog>,
     /// A pool's upstream, released only after the pool is destroyed (fields drop after `drop`).
     upstream: Option<Allocator>,
@@ -41,8 +42,10 @@ struct Inner {
 
 // SAFETY: every call made through `&Inner` (alloc, free, statistics, hooks, pool calls) is
 // documented "Thread-safe: any thread, concurrently, including on the same handle."; the one
-// "Per handle" call, gpumem_allocator_destroy(), is made only from `drop`, with the last
-// reference. The hook closures are `Send + Sync`, and the rest is behind a `Mutex` or an `Arc`.
+// "Per handle" call, gpumem_allocator_destroy(), is made only with the last reference (`drop`,
+// `destroy`), when no other call through this crate can be running on the handle: every one
+// holds a reference, a default's included (the table of `set_default` holds one). The hook
+// shells are `Send + Sync`, and the rest is behind a `Mutex` or an `Arc`.
 unsafe impl Send for Inner {}
 // SAFETY: as for `Send`: shared references only make calls the headers declare thread-safe on the
 // same handle.
@@ -53,19 +56,19 @@ impl Drop for Inner {
         if !self.live {
             return;
         }
-        let hooks = mem::take(self.hooks.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let hooks = mem::take(self.hooks.get_mut().unwrap_or_else(PoisonError::into_inner));
         if self.owned {
             // SAFETY: the last reference to a handle this crate created and nothing else destroys.
             let status = unsafe { sys::gpumem_allocator_destroy(self.handle.as_ptr()) };
             if status != sys::GPUMEM_SUCCESS {
-                // Still live in the library (a default, a thread's override, live raw allocations):
-                // whatever it may still call or rely on must outlive it, so all of it is leaked.
+                // Still live in the library (a thread's override or a default set through `sys`,
+                // live raw allocations): whatever it may still call or rely on must outlive it.
                 mem::forget(hooks);
                 mem::forget(self.upstream.take());
             }
         } else {
-            // Each Hook held this wrapper, so all were removed; but a call on another thread may
-            // still be running one, and the borrowed handle lives on.
+            // Each Hook held this wrapper, so all were removed and their closures dropped; but a
+            // call on another thread may still reach a shell, and the borrowed handle lives on.
             mem::forget(hooks);
         }
     }
@@ -329,8 +332,9 @@ pub struct HookInfo {
     pub mem_size: usize,
     /// The memory's address; 0 before it exists.
     pub ptr: usize,
-    /// The stream of the call.
-    pub stream: Stream,
+    /// The stream of the call, as its handle's value ([`Stream::addr`]): a value, not a
+    /// [`Stream`], since nothing says the stream is still alive when the hook keeps it.
+    pub stream: usize,
     /// The outcome, in the post events; 0 in the pre events.
     pub status: i32,
 }
@@ -344,37 +348,27 @@ impl HookInfo {
             size: raw.size,
             mem_size: raw.mem_size,
             ptr: raw.ptr as usize,
-            stream: Stream::from_library(raw.stream),
+            stream: raw.stream as usize,
             status: raw.status,
         }
     }
 }
 
-type HookFn = dyn Fn(&HookInfo) + Send + Sync;
-
-struct HookState {
-    callback: Box<HookFn>,
-    panics: Arc<PanicLog>,
-}
-
 unsafe extern "C" fn hook_trampoline(info: *const sys::gpumem_hook_info_t, user_data: *mut c_void) {
-    // SAFETY: `user_data` is the HookState the allocator keeps until its handle is destroyed.
-    let state = unsafe { &*(user_data as *const HookState) };
-    let result = panic::catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: the library passes a valid info for the duration of the call.
-        let info = HookInfo::from_raw(unsafe { &*info });
-        (state.callback)(&info);
-    }));
-    if let Err(payload) = result {
-        state.panics.push(payload);
-    }
+    // SAFETY: `user_data` is a shell the allocator keeps until its handle is destroyed.
+    let shell = unsafe { &*(user_data as *const Shell<HookFn>) };
+    // SAFETY: the library passes a valid info for the duration of the call.
+    let info = HookInfo::from_raw(unsafe { &*info });
+    shell.run(|hook| hook(&info));
 }
 
-/// A hook added by [`Allocator::add_hook`]; removed when dropped. It keeps its allocator alive.
+/// A hook added by [`Allocator::add_hook`]; removed when dropped, and its closure with it. It
+/// keeps its allocator alive.
 #[must_use = "a Hook removes itself when dropped"]
 pub struct Hook {
     allocator: Allocator,
     id: u64,
+    shell: Arc<Shell<HookFn>>,
 }
 
 impl Hook {
@@ -383,20 +377,25 @@ impl Hook {
         self.id
     }
 
-    /// Removes the hook now, reporting a failure.
+    /// Removes the hook now, reporting a failure (the closure is then kept, as the hook may be).
     pub fn remove(self) -> Result<()> {
         let this = ManuallyDrop::new(self);
-        // SAFETY: `this` is not dropped, so the allocator is read out exactly once.
-        let allocator = unsafe { ptr::read(&this.allocator) };
+        // SAFETY: `this` is not dropped, so each field is read out exactly once.
+        let (allocator, shell) = unsafe { (ptr::read(&this.allocator), ptr::read(&this.shell)) };
         // SAFETY: a live handle and a hook id it gave.
-        check(unsafe { sys::gpumem_allocator_remove_hook(allocator.as_raw(), this.id) })
+        check(unsafe { sys::gpumem_allocator_remove_hook(allocator.as_raw(), this.id) })?;
+        shell.clear();
+        Ok(())
     }
 }
 
 impl Drop for Hook {
     fn drop(&mut self) {
         // SAFETY: a live handle and a hook id it gave.
-        unsafe { sys::gpumem_allocator_remove_hook(self.allocator.as_raw(), self.id) };
+        let status = unsafe { sys::gpumem_allocator_remove_hook(self.allocator.as_raw(), self.id) };
+        if status == sys::GPUMEM_SUCCESS {
+            self.shell.clear();
+        }
     }
 }
 
@@ -418,23 +417,46 @@ pub struct AddressRanges {
     pub range_size: u64,
 }
 
+/// The result of an [`AllocatorFunctions`] call: an error is a status alone, since the library
+/// writes the detail its caller sees (naming this allocator and the status).
+pub type FunctionsResult<T> = std::result::Result<T, Status>;
+
 /// An allocator written in Rust, for [`Allocator::from_functions`] (`gpumem_allocator_functions_t`).
 ///
-/// The library calls it from whichever thread allocates or frees, concurrently. A returned error
-/// gives its status to the caller of the allocation (the detail is the library's, naming this
-/// allocator); [`Status::OUT_OF_MEMORY`](crate::Status::OUT_OF_MEMORY) makes a pool above release
-/// cached memory and retry. A panic becomes
-/// [`Status::INTERNAL`](crate::Status::INTERNAL), kept for [`Allocator::take_panics`]. The
-/// object is dropped when the allocator is destroyed.
-pub trait AllocatorFunctions: Send + Sync + 'static {
-    /// Allocates `size` bytes (never 0) for `device` (-1 for host memory), used on `stream`.
-    fn alloc(&self, size: usize, device: i32, stream: Stream) -> Result<NonNull<c_void>>;
+/// The library calls it from whichever thread allocates or frees, concurrently. An error gives its
+/// status (a negative one; anything else becomes [`Status::INTERNAL`]) to the caller of the
+/// allocation; [`Status::OUT_OF_MEMORY`] makes a pool above release cached memory and retry. A
+/// panic becomes [`Status::INTERNAL`], kept for [`Allocator::take_panics`]. The functions must
+/// not call gpumem: docs/thread-safety.md allows that of hooks and reclaim callbacks, not of a
+/// caller's allocator functions. The object is dropped when the allocator is destroyed.
+///
+/// Streams are passed as their handles' values ([`Stream::addr`]): the stream is the caller's,
+/// and nothing says it is still alive once the call has returned.
+///
+/// # Safety
+/// The library and this crate's safe code use the memory as the implementation describes it, so
+/// an implementation promises, as allocator.h asks of a caller's functions:
+/// - [`alloc`](AllocatorFunctions::alloc) returns the start of `size` bytes that nothing else
+///   uses, which stay allocated until [`free`](AllocatorFunctions::free) is called for them. For
+///   `device` -1 they are host memory this process may read and write
+///   ([`Buffer::write`] copies into them directly); for a device, memory gpumem's copies can reach
+///   (device, managed or page-locked memory of that device).
+/// - With [`ranges`](AllocatorFunctions::ranges), [`reserve`](AllocatorFunctions::reserve)
+///   returns the start of `size` bytes of addresses aligned to `map_unit` that nothing else uses
+///   until [`unreserve`](AllocatorFunctions::unreserve), and after a successful
+///   [`map`](AllocatorFunctions::map) the part mapped is memory as above until
+///   [`unmap`](AllocatorFunctions::unmap); a failed `map` maps nothing, a failed `unmap` unmaps
+///   nothing.
+pub unsafe trait AllocatorFunctions: Send + Sync + 'static {
+    /// Allocates `size` bytes (never 0) for `device` (-1 for host memory), used on the stream
+    /// whose handle is `stream`.
+    fn alloc(&self, size: usize, device: i32, stream: usize) -> FunctionsResult<NonNull<c_void>>;
 
     /// Frees what [`alloc`](AllocatorFunctions::alloc) returned.
     ///
     /// # Safety
     /// `ptr` came from `alloc` of this object with this `size` and `device`, and is freed once.
-    unsafe fn free(&self, ptr: NonNull<c_void>, size: usize, device: i32, stream: Stream) -> Result<()>;
+    unsafe fn free(&self, ptr: NonNull<c_void>, size: usize, device: i32, stream: usize) -> FunctionsResult<()>;
 
     /// Address ranges for a pool to grow into, with the four functions below; `None` (the
     /// default) for none, when the four are never called.
@@ -444,27 +466,27 @@ pub trait AllocatorFunctions: Send + Sync + 'static {
 
     /// Reserves `size` bytes of addresses (a multiple of `map_unit`), aligned to `map_unit`,
     /// with nothing mapped.
-    fn reserve(&self, size: usize, device: i32) -> Result<NonNull<c_void>> {
+    fn reserve(&self, size: usize, device: i32) -> FunctionsResult<NonNull<c_void>> {
         let _ = (size, device);
-        Err(Error::new(sys::GPUMEM_ERROR_NOT_SUPPORTED, "no address ranges"))
+        Err(Status::NOT_SUPPORTED)
     }
 
     /// Releases a whole range from [`reserve`](AllocatorFunctions::reserve), with nothing mapped.
     ///
     /// # Safety
     /// `ptr` and `size` are those of one reservation, released once.
-    unsafe fn unreserve(&self, ptr: NonNull<c_void>, size: usize, device: i32) -> Result<()> {
+    unsafe fn unreserve(&self, ptr: NonNull<c_void>, size: usize, device: i32) -> FunctionsResult<()> {
         let _ = (ptr, size, device);
-        Err(Error::new(sys::GPUMEM_ERROR_NOT_SUPPORTED, "no address ranges"))
+        Err(Status::NOT_SUPPORTED)
     }
 
     /// Maps memory into part of a range; on failure nothing may be mapped.
     ///
     /// # Safety
     /// The part lies in a reserved range, at a multiple of `map_unit`, and is not mapped.
-    unsafe fn map(&self, ptr: NonNull<c_void>, size: usize, device: i32) -> Result<()> {
+    unsafe fn map(&self, ptr: NonNull<c_void>, size: usize, device: i32) -> FunctionsResult<()> {
         let _ = (ptr, size, device);
-        Err(Error::new(sys::GPUMEM_ERROR_NOT_SUPPORTED, "no address ranges"))
+        Err(Status::NOT_SUPPORTED)
     }
 
     /// Unmaps part of a range that [`map`](AllocatorFunctions::map) mapped; on failure all of it
@@ -472,19 +494,20 @@ pub trait AllocatorFunctions: Send + Sync + 'static {
     ///
     /// # Safety
     /// The part was mapped by `map` and nothing uses it any more.
-    unsafe fn unmap(&self, ptr: NonNull<c_void>, size: usize, device: i32) -> Result<()> {
+    unsafe fn unmap(&self, ptr: NonNull<c_void>, size: usize, device: i32) -> FunctionsResult<()> {
         let _ = (ptr, size, device);
-        Err(Error::new(sys::GPUMEM_ERROR_NOT_SUPPORTED, "no address ranges"))
+        Err(Status::NOT_SUPPORTED)
     }
 }
 
 /// Shares the object with the caller, who keeps a handle on it (to read its counters, say).
-impl<T: AllocatorFunctions> AllocatorFunctions for Arc<T> {
-    fn alloc(&self, size: usize, device: i32, stream: Stream) -> Result<NonNull<c_void>> {
+// SAFETY: every call goes to `T`, which keeps the trait's promises.
+unsafe impl<T: AllocatorFunctions> AllocatorFunctions for Arc<T> {
+    fn alloc(&self, size: usize, device: i32, stream: usize) -> FunctionsResult<NonNull<c_void>> {
         (**self).alloc(size, device, stream)
     }
 
-    unsafe fn free(&self, ptr: NonNull<c_void>, size: usize, device: i32, stream: Stream) -> Result<()> {
+    unsafe fn free(&self, ptr: NonNull<c_void>, size: usize, device: i32, stream: usize) -> FunctionsResult<()> {
         // SAFETY: the same contract.
         unsafe { (**self).free(ptr, size, device, stream) }
     }
@@ -493,21 +516,21 @@ impl<T: AllocatorFunctions> AllocatorFunctions for Arc<T> {
         (**self).ranges()
     }
 
-    fn reserve(&self, size: usize, device: i32) -> Result<NonNull<c_void>> {
+    fn reserve(&self, size: usize, device: i32) -> FunctionsResult<NonNull<c_void>> {
         (**self).reserve(size, device)
     }
 
-    unsafe fn unreserve(&self, ptr: NonNull<c_void>, size: usize, device: i32) -> Result<()> {
+    unsafe fn unreserve(&self, ptr: NonNull<c_void>, size: usize, device: i32) -> FunctionsResult<()> {
         // SAFETY: the same contract.
         unsafe { (**self).unreserve(ptr, size, device) }
     }
 
-    unsafe fn map(&self, ptr: NonNull<c_void>, size: usize, device: i32) -> Result<()> {
+    unsafe fn map(&self, ptr: NonNull<c_void>, size: usize, device: i32) -> FunctionsResult<()> {
         // SAFETY: the same contract.
         unsafe { (**self).map(ptr, size, device) }
     }
 
-    unsafe fn unmap(&self, ptr: NonNull<c_void>, size: usize, device: i32) -> Result<()> {
+    unsafe fn unmap(&self, ptr: NonNull<c_void>, size: usize, device: i32) -> FunctionsResult<()> {
         // SAFETY: the same contract.
         unsafe { (**self).unmap(ptr, size, device) }
     }
@@ -527,8 +550,9 @@ unsafe fn context<'a>(context: *mut c_void) -> &'a FunctionsContext {
     unsafe { &*(context as *const FunctionsContext) }
 }
 
-fn non_null(ptr: *mut c_void, what: &str) -> Result<NonNull<c_void>> {
-    NonNull::new(ptr).ok_or_else(|| invalid(format!("{} is NULL", what)))
+/// A pointer the library passes to a function of the caller's; never NULL for what it was given.
+fn non_null(ptr: *mut c_void) -> FunctionsResult<NonNull<c_void>> {
+    NonNull::new(ptr).ok_or(Status::INVALID_ARGUMENT)
 }
 
 unsafe extern "C" fn functions_alloc(
@@ -541,7 +565,7 @@ unsafe extern "C" fn functions_alloc(
     // SAFETY: the library passes the context it was given.
     let ctx = unsafe { context(ctx) };
     guarded(&ctx.panics, || {
-        let ptr = ctx.functions.alloc(size, device, Stream::from_library(stream))?;
+        let ptr = ctx.functions.alloc(size, device, stream as usize)?;
         // SAFETY: the library passes a valid output.
         unsafe { *out_ptr = ptr.as_ptr() };
         Ok(())
@@ -558,9 +582,9 @@ unsafe extern "C" fn functions_free(
     // SAFETY: the library passes the context it was given.
     let ctx = unsafe { context(ctx) };
     guarded(&ctx.panics, || {
-        let ptr = non_null(ptr, "the pointer to free")?;
+        let ptr = non_null(ptr)?;
         // SAFETY: the library frees only what this allocator's alloc returned, once, with its size.
-        unsafe { ctx.functions.free(ptr, size, device, Stream::from_library(stream)) }
+        unsafe { ctx.functions.free(ptr, size, device, stream as usize) }
     })
 }
 
@@ -593,7 +617,7 @@ unsafe extern "C" fn functions_unreserve(ctx: *mut c_void, ptr: *mut c_void, siz
     // SAFETY: the library passes the context it was given.
     let ctx = unsafe { context(ctx) };
     guarded(&ctx.panics, || {
-        let ptr = non_null(ptr, "the range")?;
+        let ptr = non_null(ptr)?;
         // SAFETY: the library releases only ranges this allocator reserved, once.
         unsafe { ctx.functions.unreserve(ptr, size, device) }
     })
@@ -603,7 +627,7 @@ unsafe extern "C" fn functions_map(ctx: *mut c_void, ptr: *mut c_void, size: usi
     // SAFETY: the library passes the context it was given.
     let ctx = unsafe { context(ctx) };
     guarded(&ctx.panics, || {
-        let ptr = non_null(ptr, "the part to map")?;
+        let ptr = non_null(ptr)?;
         // SAFETY: the library maps unmapped parts of its reserved ranges.
         unsafe { ctx.functions.map(ptr, size, device) }
     })
@@ -613,15 +637,19 @@ unsafe extern "C" fn functions_unmap(ctx: *mut c_void, ptr: *mut c_void, size: u
     // SAFETY: the library passes the context it was given.
     let ctx = unsafe { context(ctx) };
     guarded(&ctx.panics, || {
-        let ptr = non_null(ptr, "the part to unmap")?;
+        let ptr = non_null(ptr)?;
         // SAFETY: the library unmaps mapped parts that no allocation uses any more.
         unsafe { ctx.functions.unmap(ptr, size, device) }
     })
 }
 
+/// The defaults set through [`Allocator::set_default`], by device: the handle each keeps, so that
+/// a default is never destroyed while a call may reach it through a handle from `default_for`.
+static DEFAULTS: Mutex<Vec<(i32, Allocator)>> = Mutex::new(Vec::new());
+
 /// Runs a `gpumem_allocator_create_*` call and takes ownership of what it made.
 fn create(make: impl FnOnce(*mut *mut sys::gpumem_allocator_t) -> sys::gpumem_status_t) -> Result<Allocator> {
-    check_version()?;
+    require_version()?;
     let mut out = ptr::null_mut();
     check(make(&mut out))?;
     Ok(Allocator::wrap(out, true, None, Arc::default()))
@@ -678,9 +706,9 @@ impl Allocator {
         create(|out| unsafe { sys::gpumem_allocator_create_pinned(flags.0, out) })
     }
 
-    /// Device memory mapped into reserved addresses: a [`Pool`] over it grows its segments in place.
+    /// Device memory mapped into reserved addresses: a [`Pool`](crate::Pool) over it grows its segments in place.
     pub fn vm(params: &VmParams) -> Result<Allocator> {
-        check_version()?;
+        require_version()?;
         let mut raw = sized_zeroed!(sys::gpumem_vm_params_t);
         // SAFETY: a valid struct and its size.
         check(unsafe { sys::gpumem_vm_params_init(&mut raw, mem::size_of::<sys::gpumem_vm_params_t>()) })?;
@@ -693,7 +721,7 @@ impl Allocator {
 
     /// An allocator over a CUDA memory pool (`cuMemAllocFromPoolAsync` on each call's stream).
     pub fn cuda_pool(params: &CudaPoolParams) -> Result<Allocator> {
-        check_version()?;
+        require_version()?;
         let mut raw = sized_zeroed!(sys::gpumem_cuda_pool_params_t);
         // SAFETY: a valid struct and its size.
         check(unsafe {
@@ -708,14 +736,9 @@ impl Allocator {
         create(|out| unsafe { sys::gpumem_allocator_create_cuda_pool(&raw, out) })
     }
 
-    /// A caching pool over `upstream`, which it keeps alive; the same as [`Pool::new`].
-    pub fn pool(upstream: &Allocator, params: &PoolParams) -> Result<Pool> {
-        Pool::new(upstream, params)
-    }
-
-    /// Creates a pool handle over `upstream` (for [`Pool::new`]).
+    /// Creates a pool handle over `upstream` (for [`Pool::new`](crate::Pool::new)).
     pub(crate) fn create_pool(upstream: &Allocator, params: &PoolParams) -> Result<Allocator> {
-        check_version()?;
+        require_version()?;
         let mut raw = sized_zeroed!(sys::gpumem_pool_params_t);
         // SAFETY: a valid struct and its size.
         check(unsafe { sys::gpumem_pool_params_init(&mut raw, mem::size_of::<sys::gpumem_pool_params_t>()) })?;
@@ -729,9 +752,10 @@ impl Allocator {
     }
 
     /// An allocator whose memory comes from Rust: `functions` is called for each allocation and
-    /// free, inside `catch_unwind`. `device` is the memory's device, -1 for host memory.
+    /// free, inside `catch_unwind`. `device` is the memory's device, -1 for host memory; the
+    /// memory must be of that kind (see [`AllocatorFunctions`]' safety section).
     pub fn from_functions<F: AllocatorFunctions>(device: i32, functions: F) -> Result<Allocator> {
-        check_version()?;
+        require_version()?;
         let panics = Arc::new(PanicLog::default());
         let ranges = functions.ranges();
         let context = Box::into_raw(Box::new(FunctionsContext {
@@ -764,25 +788,65 @@ impl Allocator {
         Ok(Allocator::wrap(out, true, None, panics))
     }
 
-    /// The process-wide default allocator of `device` (its pool unless another was set),
-    /// borrowed. Should the default change and the old one be destroyed, the library refuses
-    /// this stale handle with [`Status::INVALID_HANDLE`](crate::Status::INVALID_HANDLE).
+    /// The process-wide default allocator of `device`: the allocator [`set_default`] made it,
+    /// shared (it stays alive as long as this handle, whatever the default becomes), or the
+    /// device's pool, borrowed, which lives as long as the process.
+    /// [`Status::NOT_SUPPORTED`] if the default was set outside this crate (through
+    /// [`sys`]), which cannot keep that allocator alive.
+    ///
+    /// [`set_default`]: Allocator::set_default
     pub fn default_for(device: i32) -> Result<Allocator> {
-        check_version()?;
-        let mut out = ptr::null_mut();
-        // SAFETY: `out` is a valid output.
-        check(unsafe { sys::gpumem_allocator_get_default(device, &mut out) })?;
-        Ok(Allocator::wrap(out, false, None, Arc::default()))
+        require_version()?;
+        // Held across the library's calls so that no set_default from Rust changes the default
+        // between them.
+        let defaults = DEFAULTS.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, allocator)) = defaults.iter().find(|(d, _)| *d == device) {
+            return Ok(allocator.clone());
+        }
+        let mut current = ptr::null_mut();
+        // SAFETY: `current` is a valid output.
+        check(unsafe { sys::gpumem_allocator_get_default(device, &mut current) })?;
+        let mut pool = ptr::null_mut();
+        // SAFETY: `pool` is a valid output.
+        check(unsafe { sys::gpumem_pool_get_device(device, &mut pool) })?;
+        if current != pool {
+            return Err(Error::new(
+                Status::NOT_SUPPORTED,
+                format!(
+                    "the default allocator of device {} ({:p}) was set outside the gpumem crate, which cannot keep \
+                     it alive; borrow it with Allocator::from_raw_borrowed",
+                    device, current
+                ),
+            ));
+        }
+        Ok(Allocator::wrap(pool, false, None, Arc::default()))
     }
 
     /// Sets the process-wide default allocator of `device`; `None` restores the device's pool.
-    /// While it is a default an allocator cannot be destroyed: if its last handle goes before the
-    /// default is changed, it lives on, with its hooks and upstream, for the rest of the process.
+    /// This crate keeps a handle to a default until it is replaced, so it is never destroyed
+    /// while it is one; it is destroyed once replaced and its last other handle is gone. (Calls
+    /// through a null allocator in [`sys`], which may have resolved to it, must be
+    /// over by then.)
     pub fn set_default(device: i32, allocator: Option<&Allocator>) -> Result<()> {
-        check_version()?;
-        let handle = allocator.map_or(ptr::null_mut(), Allocator::as_raw);
-        // SAFETY: a live handle or null.
-        check(unsafe { sys::gpumem_allocator_set_default(device, handle) })
+        require_version()?;
+        let replaced = {
+            let mut defaults = DEFAULTS.lock().unwrap_or_else(PoisonError::into_inner);
+            let handle = allocator.map_or(ptr::null_mut(), Allocator::as_raw);
+            // SAFETY: a live handle or null.
+            check(unsafe { sys::gpumem_allocator_set_default(device, handle) })?;
+            let replaced = defaults
+                .iter()
+                .position(|(d, _)| *d == device)
+                .map(|i| defaults.swap_remove(i).1);
+            if let Some(allocator) = allocator {
+                defaults.push((device, allocator.clone()));
+            }
+            replaced
+        };
+        // Dropped with the table unlocked: destroying it runs Rust code (its functions' drop),
+        // which may set a default itself.
+        drop(replaced);
+        Ok(())
     }
 
     /// Borrows a handle made elsewhere; it is never destroyed from Rust.
@@ -790,7 +854,8 @@ impl Allocator {
     /// # Safety
     /// `handle` must be a live allocator that outlives every use of the returned one.
     pub unsafe fn from_raw_borrowed(handle: *mut sys::gpumem_allocator_t) -> Result<Allocator> {
-        let handle = non_null(handle as *mut c_void, "the allocator")?;
+        require_version()?;
+        let handle = NonNull::new(handle as *mut c_void).ok_or_else(|| invalid("the allocator is NULL"))?;
         Ok(Allocator::wrap(
             handle.as_ptr() as *mut sys::gpumem_allocator_t,
             false,
@@ -799,9 +864,9 @@ impl Allocator {
         ))
     }
 
-    /// Wraps the device pool's handle (for [`Pool::device`]).
+    /// Wraps the device pool's handle (for [`Pool::device`](crate::Pool::device)).
     pub(crate) fn device_pool(device: i32) -> Result<Allocator> {
-        check_version()?;
+        require_version()?;
         let mut out = ptr::null_mut();
         // SAFETY: `out` is a valid output.
         check(unsafe { sys::gpumem_pool_get_device(device, &mut out) })?;
@@ -836,7 +901,10 @@ impl Allocator {
         self.alloc_on(size, Stream::DEFAULT)
     }
 
-    /// Allocates `size` bytes for use on `stream` (a pool keeps one arena per stream).
+    /// Allocates `size` bytes for use on `stream` (a pool keeps one arena per stream). The
+    /// buffer is freed on the same stream; [`Stream::PER_THREAD`] names the per-thread stream of
+    /// the thread that frees, so a buffer of it dropped on another thread is freed on that
+    /// thread's stream (see [`Buffer`]).
     pub fn alloc_on(&self, size: usize, stream: Stream) -> Result<Buffer> {
         let ptr = self.alloc_raw(size, stream)?;
         Ok(Buffer {
@@ -897,18 +965,21 @@ impl Allocator {
     /// Calls `hook` on the given events, on the thread of each call, with no gpumem lock held;
     /// concurrently when calls are. A panic in it is caught and kept for
     /// [`take_panics`](Allocator::take_panics); the call it observes goes on.
+    ///
+    /// The hook may call gpumem only on another allocator, and to add or remove hooks, its own
+    /// included (docs/thread-safety.md): dropping its own [`Hook`] from inside it is allowed.
+    /// Dropping the [`Hook`] elsewhere waits for the calls of it running on other threads, then
+    /// drops the closure; a call that started before the removal may still come, and finds
+    /// nothing to run.
     pub fn add_hook<F>(&self, events: HookEvents, hook: F) -> Result<Hook>
     where
         F: Fn(&HookInfo) + Send + Sync + 'static,
     {
-        let state = Box::new(HookState {
-            callback: Box::new(hook),
-            panics: self.inner.panics.clone(),
-        });
-        let user_data = &*state as *const HookState as *mut c_void;
+        let shell: Arc<Shell<HookFn>> = Arc::new(Shell::new(Box::new(hook), self.inner.panics.clone()));
+        let user_data = Arc::as_ptr(&shell) as *mut c_void;
         // Kept before the hook exists, so that no call can ever see it freed.
-        let mut hooks = self.inner.hooks.lock().unwrap_or_else(|e| e.into_inner());
-        hooks.push(state);
+        let mut hooks = self.inner.hooks.lock().unwrap_or_else(PoisonError::into_inner);
+        hooks.push(shell.clone());
         let mut id = 0u64;
         // SAFETY: a live handle; `user_data` stays valid as long as the handle (see `hooks`).
         let status = unsafe {
@@ -919,9 +990,11 @@ impl Allocator {
             hooks.pop();
             return Err(error);
         }
+        drop(hooks);
         Ok(Hook {
             allocator: self.clone(),
             id,
+            shell,
         })
     }
 
@@ -938,33 +1011,40 @@ impl Allocator {
     }
 
     /// Destroys the allocator now, reporting a failure, where dropping the last handle would stay
-    /// silent. [`Status::BUSY`](crate::Status::BUSY) if other handles remain (clones, buffers,
-    /// hooks, pools over it): this one is dropped and they keep the allocator. If the library
-    /// refuses (the allocator is a default, or has memory from [`alloc_raw`](Allocator::alloc_raw)
-    /// not freed), it stays alive, with what it relies on, for the rest of the process. A borrowed
-    /// allocator is only released.
-    pub fn destroy(self) -> Result<()> {
+    /// silent. On failure the handle comes back with the error, as from `Arc::try_unwrap`:
+    /// [`Status::BUSY`] if other handles remain (clones, buffers, hooks, pools over it, its place
+    /// as a default), or if the library refuses (memory from [`alloc_raw`](Allocator::alloc_raw)
+    /// not freed, say); [`Status::NOT_SUPPORTED`] for a borrowed allocator, which is not this
+    /// crate's to destroy.
+    pub fn destroy(self) -> std::result::Result<(), (Allocator, Error)> {
+        if !self.inner.owned {
+            let error = Error::new(
+                Status::NOT_SUPPORTED,
+                "the allocator is borrowed (a device's pool, or from_raw_borrowed): it is not the gpumem crate's to \
+                 destroy",
+            );
+            return Err((self, error));
+        }
         let mut inner = match Arc::try_unwrap(self.inner) {
             Ok(inner) => inner,
             Err(shared) => {
-                return Err(Error::new(
-                    sys::GPUMEM_ERROR_BUSY,
+                let error = Error::new(
+                    Status::BUSY,
                     format!(
-                        "the allocator has {} other handles (clones, buffers, hooks or pools over it)",
+                        "the allocator has {} other handles (clones, buffers, hooks, pools over it, or its place as a \
+                         default)",
                         Arc::strong_count(&shared) - 1
                     ),
-                ))
+                );
+                return Err((Allocator { inner: shared }, error));
             }
         };
-        if !inner.owned {
-            return Ok(());
-        }
         // SAFETY: the only reference to a handle this crate created.
         let status = unsafe { sys::gpumem_allocator_destroy(inner.handle.as_ptr()) };
         if status != sys::GPUMEM_SUCCESS {
+            // The library changed nothing: the handle is as live as before.
             let error = Error::last(status);
-            mem::forget(inner);
-            return Err(error);
+            return Err((Allocator { inner: Arc::new(inner) }, error));
         }
         inner.live = false;
         Ok(())
@@ -1034,6 +1114,12 @@ impl Allocator {
 
 /// Memory from an allocator, freed when dropped (a failure then is ignored: `Drop` cannot report
 /// it; [`free`](Buffer::free) does). It keeps its allocator alive.
+///
+/// It is freed on the stream it was allocated on. For [`Stream::PER_THREAD`] that is the
+/// per-thread stream of the thread that frees it: dropped on another thread, a buffer is freed on
+/// that thread's stream, which a stream-ordered allocator does not order after the allocating
+/// thread's work. Synchronize the allocating thread's stream first, or allocate on a stream both
+/// threads name.
 pub struct Buffer {
     ptr: NonNull<c_void>,
     size: usize,
@@ -1068,25 +1154,24 @@ impl Buffer {
         &self.allocator
     }
 
-    /// Frees the memory on the stream it was allocated on.
-    pub fn free(self) -> Result<()> {
+    /// Frees the memory on the stream it was allocated on; see [`free_on`](Buffer::free_on).
+    pub fn free(self) -> std::result::Result<(), (Buffer, Error)> {
         let stream = self.stream;
         self.free_on(stream)
     }
 
-    /// Frees the memory on `stream`. On failure the library has changed nothing: the memory
-    /// stays allocated, and the allocator stays alive with it.
-    pub fn free_on(self, stream: Stream) -> Result<()> {
-        let this = ManuallyDrop::new(self);
-        // SAFETY: `this` is not dropped, so the allocator is read out exactly once.
-        let allocator = unsafe { ptr::read(&this.allocator) };
+    /// Frees the memory on `stream`. On failure the library has changed nothing, and the buffer
+    /// comes back with the error, still allocated (to free again, or to drop).
+    pub fn free_on(self, stream: Stream) -> std::result::Result<(), (Buffer, Error)> {
         // SAFETY: a live allocation of this live allocator.
-        let status = unsafe { sys::gpumem_free(allocator.as_raw(), this.ptr.as_ptr(), stream.as_raw()) };
-        let result = check(status);
-        if result.is_err() {
-            mem::forget(allocator);
+        let status = unsafe { sys::gpumem_free(self.allocator.as_raw(), self.ptr.as_ptr(), stream.as_raw()) };
+        if status != sys::GPUMEM_SUCCESS {
+            return Err((self, Error::last(status)));
         }
-        result
+        let this = ManuallyDrop::new(self);
+        // SAFETY: `this` is not dropped, so the allocator is read out, and released, exactly once.
+        drop(unsafe { ptr::read(&this.allocator) });
+        Ok(())
     }
 
     /// The bytes, for memory the host can read (host, pinned, managed memory).
@@ -1117,17 +1202,36 @@ impl Buffer {
         }
     }
 
+    /// Whether the memory is the host's (its allocator's device is -1): plain, pinned, or a Rust
+    /// allocator's host memory, which the host reads and writes itself, with no driver.
+    fn is_host(&self) -> Result<bool> {
+        Ok(self.allocator.device_id()? == -1)
+    }
+
     /// Copies `src` into the buffer at `offset`, whatever kind of memory the buffer is
-    /// (`gpumem_copy`: synchronous).
+    /// (`gpumem_copy`, synchronous; the host copies host memory itself, with no driver).
     pub fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
         let dst = self.range(offset, src.len())?;
+        if self.is_host()? {
+            // SAFETY: the range lies in this live host allocation, which `&mut self` keeps from
+            // other users and which cannot overlap the borrowed `src`.
+            unsafe { ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) };
+            return Ok(());
+        }
         // SAFETY: the range lies in this live allocation, which `&mut self` keeps from other users.
         check(unsafe { sys::gpumem_copy(dst, src.as_ptr() as *const c_void, src.len()) })
     }
 
-    /// Copies bytes of the buffer from `offset` into `dst` (`gpumem_copy`: synchronous).
+    /// Copies bytes of the buffer from `offset` into `dst` (`gpumem_copy`, synchronous; the host
+    /// copies host memory itself, with no driver).
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         let src = self.range(offset, dst.len())?;
+        if self.is_host()? {
+            // SAFETY: the range lies in this live host allocation; `dst` is exclusively borrowed,
+            // so it cannot overlap it.
+            unsafe { ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) };
+            return Ok(());
+        }
         // SAFETY: the range lies in this live allocation; `dst` is exclusively borrowed.
         check(unsafe { sys::gpumem_copy(dst.as_mut_ptr() as *mut c_void, src, dst.len()) })
     }
@@ -1154,9 +1258,14 @@ impl Buffer {
         check(unsafe { sys::gpumem_copy_async(dst.as_mut_ptr() as *mut c_void, src, dst.len(), stream.as_raw()) })
     }
 
-    /// Sets every byte to `value` (`gpumem_memset`: device, managed or mapped pinned memory;
-    /// plain host memory is refused with [`Status::INVALID_POINTER`](crate::Status::INVALID_POINTER)).
+    /// Sets every byte to `value` (`gpumem_memset` for device and managed memory; the host sets
+    /// host memory itself).
     pub fn fill(&mut self, value: u8) -> Result<()> {
+        if self.is_host()? {
+            // SAFETY: the whole of this live host allocation, exclusively borrowed.
+            unsafe { ptr::write_bytes(self.ptr.as_ptr() as *mut u8, value, self.size) };
+            return Ok(());
+        }
         // SAFETY: the whole of this live allocation, exclusively borrowed.
         check(unsafe { sys::gpumem_memset(self.ptr.as_ptr(), u32::from(value), 1, self.size) })
     }

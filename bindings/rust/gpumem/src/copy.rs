@@ -7,7 +7,7 @@
 
 use crate::error::{check, Result};
 use crate::stream::Stream;
-use crate::sys;
+use crate::{require_version, sys};
 use std::os::raw::c_void;
 use std::ptr;
 
@@ -16,6 +16,7 @@ use std::ptr;
 /// # Safety
 /// `src` must be readable and `dst` writable for `size` bytes, and the ranges must not overlap.
 pub unsafe fn copy(dst: *mut c_void, src: *const c_void, size: usize) -> Result<()> {
+    require_version()?;
     // SAFETY: the caller's contract.
     check(unsafe { sys::gpumem_copy(dst, src, size) })
 }
@@ -26,6 +27,7 @@ pub unsafe fn copy(dst: *mut c_void, src: *const c_void, size: usize) -> Result<
 /// # Safety
 /// As for [`copy`], for as long as the stream's work up to here runs.
 pub unsafe fn copy_async(dst: *mut c_void, src: *const c_void, size: usize, stream: Stream) -> Result<()> {
+    require_version()?;
     // SAFETY: the caller's contract.
     check(unsafe { sys::gpumem_copy_async(dst, src, size, stream.as_raw()) })
 }
@@ -35,6 +37,7 @@ pub unsafe fn copy_async(dst: *mut c_void, src: *const c_void, size: usize, stre
 /// # Safety
 /// `dst` must be writable for `src.len()` bytes and not overlap `src`.
 pub unsafe fn copy_from_slice(dst: *mut c_void, src: &[u8]) -> Result<()> {
+    require_version()?;
     // SAFETY: `src` is readable for its length; the rest is the caller's contract.
     check(unsafe { sys::gpumem_copy(dst, src.as_ptr() as *const c_void, src.len()) })
 }
@@ -44,6 +47,7 @@ pub unsafe fn copy_from_slice(dst: *mut c_void, src: &[u8]) -> Result<()> {
 /// # Safety
 /// `src` must be readable for `dst.len()` bytes and not overlap `dst`.
 pub unsafe fn copy_to_slice(dst: &mut [u8], src: *const c_void) -> Result<()> {
+    require_version()?;
     // SAFETY: `dst` is writable for its length; the rest is the caller's contract.
     check(unsafe { sys::gpumem_copy(dst.as_mut_ptr() as *mut c_void, src, dst.len()) })
 }
@@ -54,6 +58,7 @@ pub unsafe fn copy_to_slice(dst: &mut [u8], src: *const c_void) -> Result<()> {
 /// As for [`copy_from_slice`]; besides, `src` must stay alive and unchanged until the stream's
 /// work up to here is done (a copy from plain host memory is done on return).
 pub unsafe fn copy_from_slice_async(dst: *mut c_void, src: &[u8], stream: Stream) -> Result<()> {
+    require_version()?;
     // SAFETY: the caller's contract.
     check(unsafe { sys::gpumem_copy_async(dst, src.as_ptr() as *const c_void, src.len(), stream.as_raw()) })
 }
@@ -64,6 +69,7 @@ pub unsafe fn copy_from_slice_async(dst: *mut c_void, src: &[u8], stream: Stream
 /// As for [`copy_to_slice`]; besides, `dst` must stay alive and untouched until the stream's work
 /// up to here is done (a copy into plain host memory is done on return).
 pub unsafe fn copy_to_slice_async(dst: &mut [u8], src: *const c_void, stream: Stream) -> Result<()> {
+    require_version()?;
     // SAFETY: the caller's contract.
     check(unsafe { sys::gpumem_copy_async(dst.as_mut_ptr() as *mut c_void, src, dst.len(), stream.as_raw()) })
 }
@@ -74,6 +80,7 @@ pub unsafe fn copy_to_slice_async(dst: &mut [u8], src: *const c_void, stream: St
 /// # Safety
 /// `dst` must be writable for `count * element_size` bytes.
 pub unsafe fn memset(dst: *mut c_void, value: u32, element_size: u32, count: usize) -> Result<()> {
+    require_version()?;
     // SAFETY: the caller's contract.
     check(unsafe { sys::gpumem_memset(dst, value, element_size, count) })
 }
@@ -89,6 +96,7 @@ pub unsafe fn memset_async(
     count: usize,
     stream: Stream,
 ) -> Result<()> {
+    require_version()?;
     // SAFETY: the caller's contract.
     check(unsafe { sys::gpumem_memset_async(dst, value, element_size, count, stream.as_raw()) })
 }
@@ -149,6 +157,7 @@ impl Copy2d {
     /// # Safety
     /// Each side's rows must be live memory of the reach the description gives.
     pub unsafe fn run(&self) -> Result<()> {
+        require_version()?;
         // SAFETY: a complete description; the memory is the caller's contract.
         check(unsafe { sys::gpumem_copy2d(&self.raw) })
     }
@@ -158,6 +167,7 @@ impl Copy2d {
     /// # Safety
     /// As for [`run`](Copy2d::run), for as long as the stream's work up to here runs.
     pub unsafe fn run_async(&self, stream: Stream) -> Result<()> {
+        require_version()?;
         // SAFETY: a complete description, read before the call returns.
         check(unsafe { sys::gpumem_copy2d_async(&self.raw, stream.as_raw()) })
     }
@@ -165,6 +175,7 @@ impl Copy2d {
 
 /// Bytes of page-locked staging memory gpumem holds for copies with plain host memory.
 pub fn copy_staging_held() -> Result<usize> {
+    require_version()?;
     let mut bytes = 0;
     // SAFETY: a valid output.
     check(unsafe { sys::gpumem_copy_staging_get_held(&mut bytes) })?;
@@ -173,6 +184,7 @@ pub fn copy_staging_held() -> Result<usize> {
 
 /// Frees the staging buffers no copy is using.
 pub fn copy_staging_release() -> Result<()> {
+    require_version()?;
     // SAFETY: no arguments.
     check(unsafe { sys::gpumem_copy_staging_release() })
 }
@@ -218,6 +230,7 @@ pub struct PointerInfo {
 // Safe: the address is looked up in the driver's tables, never read or written.
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn pointer_info(ptr: *const c_void) -> Result<PointerInfo> {
+    require_version()?;
     let mut raw = sized_zeroed!(sys::gpumem_pointer_info_t);
     // SAFETY: the address is only looked up, never dereferenced; `raw` is a valid struct.
     check(unsafe { sys::gpumem_pointer_get_info(ptr, &mut raw) })?;

@@ -1,11 +1,11 @@
 //! The CUDA driver and the devices (device.h).
 
 use crate::error::{check, Result};
-use crate::{check_version, fixed_str, sys};
+use crate::{fixed_str, require_version, sys};
 
 /// The CUDA version the loaded driver supports, as `cuDriverGetVersion` gives it (13000 for 13.0).
 pub fn driver_version() -> Result<i32> {
-    check_version()?;
+    require_version()?;
     let mut version = 0;
     // SAFETY: the output is a valid i32.
     check(unsafe { sys::gpumem_driver_get_version(&mut version) })?;
@@ -15,7 +15,7 @@ pub fn driver_version() -> Result<i32> {
 /// How many CUDA devices there are. [`Status::NO_DRIVER`](crate::Status::NO_DRIVER) or
 /// [`Status::NO_DEVICE`](crate::Status::NO_DEVICE) when there are none to use.
 pub fn device_count() -> Result<i32> {
-    check_version()?;
+    require_version()?;
     let mut count = 0;
     // SAFETY: the output is a valid i32.
     check(unsafe { sys::gpumem_device_get_count(&mut count) })?;
@@ -50,7 +50,7 @@ pub struct DeviceInfo {
 
 /// Name, memory and capabilities of a device.
 pub fn device_info(device: i32) -> Result<DeviceInfo> {
-    check_version()?;
+    require_version()?;
     let mut raw = sized_zeroed!(sys::gpumem_device_info_t);
     // SAFETY: `raw` is a valid struct with its struct_size set.
     check(unsafe { sys::gpumem_device_get_info(device, &mut raw) })?;
@@ -79,7 +79,7 @@ pub struct DeviceMemory {
 
 /// Free and total memory of a device now, as `cuMemGetInfo` reports them.
 pub fn device_memory(device: i32) -> Result<DeviceMemory> {
-    check_version()?;
+    require_version()?;
     let (mut free, mut total) = (0usize, 0usize);
     // SAFETY: both outputs are valid usizes.
     check(unsafe { sys::gpumem_device_query_memory(device, &mut free, &mut total) })?;

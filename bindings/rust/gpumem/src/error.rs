@@ -92,8 +92,8 @@ impl PartialEq<i32> for Status {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Error {
-    /// The `gpumem_status_t`, negative; compare with the [`Status`] constants.
-    pub status: i32,
+    /// What failed, a negative status: `e.status == Status::OUT_OF_MEMORY`.
+    pub status: Status,
     /// What went wrong, with the numbers that matter (`gpumem_last_error_detail()`).
     pub detail: String,
     /// The driver's `CUresult` (`gpumem_last_cuda_result()`); 0 if the driver was not at fault.
@@ -101,8 +101,9 @@ pub struct Error {
 }
 
 impl Error {
-    /// An error of this crate's own, with no CUDA result.
-    pub fn new(status: i32, detail: impl Into<String>) -> Error {
+    /// An error of this crate's own, with no CUDA result. `status` is an error, so negative.
+    pub fn new(status: Status, detail: impl Into<String>) -> Error {
+        debug_assert!(status.0 < 0, "{:?} is not an error", status);
         Error {
             status,
             detail: detail.into(),
@@ -120,25 +121,15 @@ impl Error {
         // SAFETY: no arguments; per-thread state.
         let cuda_result = unsafe { sys::gpumem_last_cuda_result() };
         Error {
-            status,
+            status: Status(status),
             detail,
             cuda_result,
         }
     }
 
-    /// The status as a [`Status`].
-    pub fn kind(&self) -> Status {
-        Status(self.status)
-    }
-
-    /// Whether this is an error of the given status.
-    pub fn is(&self, status: Status) -> bool {
-        self.status == status.0
-    }
-
     /// The status's name, such as "GPUMEM_ERROR_NOT_OWNED".
     pub fn name(&self) -> &'static str {
-        Status(self.status).name()
+        self.status.name()
     }
 }
 
@@ -168,5 +159,5 @@ pub(crate) fn check(status: i32) -> Result<()> {
 
 /// An error this crate reports about an argument before calling the library.
 pub(crate) fn invalid(detail: impl Into<String>) -> Error {
-    Error::new(sys::GPUMEM_ERROR_INVALID_ARGUMENT, detail)
+    Error::new(Status::INVALID_ARGUMENT, detail)
 }

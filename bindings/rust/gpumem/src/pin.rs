@@ -1,9 +1,8 @@
 //! The pinning service (pin.h): counted page-locking of host ranges, shared by the process.
 
 use crate::error::{check, Result};
-use crate::{check_version, sys};
-use std::fmt;
-use std::ops::{Deref, DerefMut};
+use crate::{require_version, sys};
+use std::mem::ManuallyDrop;
 use std::os::raw::c_void;
 
 /// How much of a range is pinned (`gpumem_pin_state`).
@@ -46,16 +45,16 @@ pub struct PinStats {
 }
 
 fn pin_range(ptr: *mut c_void, size: usize) -> Result<()> {
-    check_version()?;
+    require_version()?;
     // SAFETY: the range is a live slice of the caller's; pinning locks pages, it never writes them.
     check(unsafe { sys::gpumem_pin(ptr, size, 0) })
 }
 
-/// Unpins, then forgets the range: once the guard is gone the slice's owner may free it, and no
+/// Unpins, then forgets the range: once the pin is gone the slice's owner may free it, and no
 /// cached registration may outlive the memory (pin.h). Busy means it is pinned elsewhere too,
 /// and the last one to unpin forgets it.
 fn release(ptr: *mut c_void, size: usize) -> Result<()> {
-    // SAFETY: a range this guard pinned and still holds.
+    // SAFETY: a range this pin holds.
     check(unsafe { sys::gpumem_unpin(ptr, size) })?;
     // SAFETY: a live range.
     let status = unsafe { sys::gpumem_pin_forget(ptr, size) };
@@ -65,101 +64,58 @@ fn release(ptr: *mut c_void, size: usize) -> Result<()> {
     check(status)
 }
 
-/// A pinned slice, from [`pin`]; unpinned (and its cached registration dropped) when dropped.
-#[must_use = "a Pinned range is unpinned when dropped"]
-pub struct Pinned<'a> {
-    range: &'a [u8],
+/// One pin of a borrowed range, given back when dropped, on unwind too. Never handed out: a guard
+/// the caller held could be leaked (`mem::forget`), ending the borrow with the pages still pinned.
+struct PinGuard {
+    ptr: *mut c_void,
+    size: usize,
 }
 
-/// A pinned mutable slice, from [`pin_mut`]; unpinned when dropped.
-#[must_use = "a PinnedMut range is unpinned when dropped"]
-pub struct PinnedMut<'a> {
-    range: &'a mut [u8],
-}
+impl PinGuard {
+    fn pin(ptr: *mut c_void, size: usize) -> Result<PinGuard> {
+        pin_range(ptr, size)?;
+        Ok(PinGuard { ptr, size })
+    }
 
-/// Pins a slice for fast, asynchronous transfers: page-locks it (registering what is not
-/// registered yet) and counts one pin over it. Needs a CUDA driver.
-pub fn pin(range: &[u8]) -> Result<Pinned<'_>> {
-    pin_range(range.as_ptr() as *mut c_void, range.len())?;
-    Ok(Pinned { range })
-}
-
-/// Pins a mutable slice, as [`pin`]; the guard gives the slice back through `DerefMut`.
-pub fn pin_mut(range: &mut [u8]) -> Result<PinnedMut<'_>> {
-    pin_range(range.as_mut_ptr() as *mut c_void, range.len())?;
-    Ok(PinnedMut { range })
-}
-
-impl Pinned<'_> {
-    /// Unpins now, reporting a failure.
-    pub fn unpin(self) -> Result<()> {
-        let (ptr, size) = (self.range.as_ptr() as *mut c_void, self.range.len());
-        std::mem::forget(self);
-        release(ptr, size)
+    fn unpin(self) -> Result<()> {
+        let this = ManuallyDrop::new(self);
+        release(this.ptr, this.size)
     }
 }
 
-impl PinnedMut<'_> {
-    /// Unpins now, reporting a failure.
-    pub fn unpin(self) -> Result<()> {
-        let (ptr, size) = (self.range.as_ptr() as *mut c_void, self.range.len());
-        std::mem::forget(self);
-        release(ptr, size)
-    }
-}
-
-impl Deref for Pinned<'_> {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        self.range
-    }
-}
-
-impl Deref for PinnedMut<'_> {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        self.range
-    }
-}
-
-impl DerefMut for PinnedMut<'_> {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        self.range
-    }
-}
-
-impl Drop for Pinned<'_> {
+impl Drop for PinGuard {
     fn drop(&mut self) {
-        let _ = release(self.range.as_ptr() as *mut c_void, self.range.len());
+        let _ = release(self.ptr, self.size);
     }
 }
 
-impl Drop for PinnedMut<'_> {
-    fn drop(&mut self) {
-        let _ = release(self.range.as_mut_ptr() as *mut c_void, self.range.len());
-    }
+/// Pins a slice while `f` runs, for fast, asynchronous transfers: page-locks it (registering what
+/// is not registered yet) and counts one pin over it, calls `f` with the slice, then unpins it
+/// (and drops its cached registration), in this frame, however `f` ends: a panic in `f` unpins it
+/// and goes on. Needs a CUDA driver.
+///
+/// The range is pinned only within the call, rather than for the life of a guard, because a
+/// guard can be leaked (`mem::forget`) while the slice's owner frees the memory under the pin.
+///
+/// Err if pinning fails (`f` is not called) or if unpinning fails (`f`'s result is dropped).
+pub fn pin_scope<R>(range: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+    let guard = PinGuard::pin(range.as_ptr() as *mut c_void, range.len())?;
+    let result = f(range);
+    guard.unpin()?;
+    Ok(result)
 }
 
-impl fmt::Debug for Pinned<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Pinned")
-            .field("ptr", &self.range.as_ptr())
-            .field("len", &self.range.len())
-            .finish()
-    }
-}
-
-impl fmt::Debug for PinnedMut<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PinnedMut")
-            .field("ptr", &self.range.as_ptr())
-            .field("len", &self.range.len())
-            .finish()
-    }
+/// Pins a mutable slice while `f` runs, as [`pin_scope`] does; `f` gets the slice to write.
+pub fn pin_scope_mut<R>(range: &mut [u8], f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+    let guard = PinGuard::pin(range.as_mut_ptr() as *mut c_void, range.len())?;
+    let result = f(range);
+    guard.unpin()?;
+    Ok(result)
 }
 
 /// How much of a slice is pinned through the service. Needs no driver.
 pub fn pin_query(range: &[u8]) -> Result<PinState> {
+    require_version()?;
     let mut state = 0;
     // SAFETY: the range is only looked up; the output is valid.
     check(unsafe { sys::gpumem_pin_query(range.as_ptr() as *const c_void, range.len(), &mut state) })?;
@@ -181,6 +137,7 @@ pub unsafe fn pin_raw(ptr: *mut c_void, size: usize) -> Result<()> {
 /// # Safety
 /// The range must be allocated host memory.
 pub unsafe fn unpin_raw(ptr: *mut c_void, size: usize) -> Result<()> {
+    require_version()?;
     // SAFETY: the caller's contract.
     check(unsafe { sys::gpumem_unpin(ptr, size) })
 }
@@ -191,24 +148,28 @@ pub unsafe fn unpin_raw(ptr: *mut c_void, size: usize) -> Result<()> {
 /// # Safety
 /// The range must be allocated host memory.
 pub unsafe fn pin_forget_raw(ptr: *mut c_void, size: usize) -> Result<()> {
+    require_version()?;
     // SAFETY: the caller's contract.
     check(unsafe { sys::gpumem_pin_forget(ptr, size) })
 }
 
 /// Unregisters every cached registration (those no pin covers).
 pub fn pin_cache_flush() -> Result<()> {
+    require_version()?;
     // SAFETY: no arguments.
     check(unsafe { sys::gpumem_pin_cache_flush() })
 }
 
 /// Sets the most bytes kept registered under no pin (0 turns the cache off).
 pub fn pin_cache_set_budget(bytes: u64) -> Result<()> {
+    require_version()?;
     // SAFETY: no pointers.
     check(unsafe { sys::gpumem_pin_cache_set_budget(bytes) })
 }
 
 /// Statistics of the pinning service.
 pub fn pin_stats() -> Result<PinStats> {
+    require_version()?;
     let mut raw = sized_zeroed!(sys::gpumem_pin_stats_t);
     // SAFETY: a valid struct with its size.
     check(unsafe { sys::gpumem_pin_get_stats(&mut raw) })?;

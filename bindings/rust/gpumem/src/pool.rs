@@ -1,10 +1,10 @@
 //! The caching pool (pool.h).
 
 use crate::allocator::{Allocator, Buffer};
-use crate::callback::PanicLog;
+use crate::callback::{PanicLog, Shell};
 use crate::error::{check, invalid, Error, Result};
 use crate::stream::Stream;
-use crate::{check_version, sys};
+use crate::{require_version, sys};
 use std::any::Any;
 use std::ffi::CString;
 use std::ops::Deref;
@@ -12,6 +12,7 @@ use std::os::raw::c_void;
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
+use std::sync::Arc;
 
 /// How to build a pool ([`Pool::new`]); by default no limit (or `GPUMEM_GPU_MEMORY_LIMIT`'s, for
 /// pools over device memory).
@@ -93,8 +94,9 @@ pub struct BlockInfo {
     pub requested: usize,
     /// Its state.
     pub state: BlockState,
-    /// The stream it was handed out on (in use), or of its arena.
-    pub stream: Stream,
+    /// The stream it was handed out on (in use), or of its arena, as its handle's value
+    /// ([`Stream::addr`]): a value, not a [`Stream`], since nothing says the stream is still alive.
+    pub stream: usize,
 }
 
 /// Whether a pool lends one stream's free memory to another (`gpumem_stream_reuse`).
@@ -142,8 +144,10 @@ impl TryFrom<Allocator> for Pool {
     }
 }
 
+/// The blocks of a gpumem_pool_snapshot() call as they come.
 struct Snapshot {
     blocks: Vec<BlockInfo>,
+    /// Growing the list panics only past `isize::MAX` bytes; it must not unwind into C all the same.
     panic: Option<Box<dyn Any + Send>>,
 }
 
@@ -164,7 +168,7 @@ unsafe extern "C" fn snapshot_block(block: *const sys::gpumem_block_info_t, user
             size: raw.size,
             requested: raw.requested,
             state: BlockState(raw.state),
-            stream: Stream::from_library(raw.stream),
+            stream: raw.stream as usize,
         })
     }));
     if let Err(payload) = result {
@@ -181,7 +185,7 @@ impl Pool {
     }
 
     /// The pool of a device (created on first use, the device's default allocator until another
-    /// is set); borrowed: it lives as long as the process.
+    /// is set); borrowed: it lives as long as the process, and [`Pool::destroy`] refuses it.
     pub fn device(device: i32) -> Result<Pool> {
         Ok(Pool {
             allocator: Allocator::device_pool(device)?,
@@ -193,9 +197,12 @@ impl Pool {
         &self.allocator
     }
 
-    /// Destroys the pool now, reporting a failure; see [`Allocator::destroy`].
-    pub fn destroy(self) -> Result<()> {
-        self.allocator.destroy()
+    /// Destroys the pool now, reporting a failure; see [`Allocator::destroy`]. A device's pool
+    /// ([`Pool::device`]) lives as long as the process: [`Status::NOT_SUPPORTED`](crate::Status::NOT_SUPPORTED).
+    pub fn destroy(self) -> std::result::Result<(), (Pool, Error)> {
+        self.allocator
+            .destroy()
+            .map_err(|(allocator, error)| (Pool { allocator }, error))
     }
 
     /// What the pool holds now.
@@ -269,7 +276,7 @@ impl Pool {
             blocks: Vec::new(),
             panic: None,
         };
-        // SAFETY: a live handle; `snapshot` outlives the call, which runs the visitor only during it.
+        // SAFETY: a live handle; `snapshot` outlives the call, which runs snapshot_block only during it.
         let status = unsafe {
             sys::gpumem_pool_snapshot(
                 self.as_raw(),
@@ -298,45 +305,45 @@ pub(crate) fn c_path(path: &Path) -> Result<CString> {
     CString::new(path.as_os_str().as_bytes()).map_err(|_| invalid(format!("the path {:?} has a NUL byte", path)))
 }
 
-struct ReclaimState {
-    callback: Box<dyn Fn(i32, usize) + Send + Sync>,
-    panics: PanicLog,
-}
+type ReclaimFn = dyn Fn(i32, usize) + Send + Sync;
 
 unsafe extern "C" fn reclaim_trampoline(device: i32, size: usize, user_data: *mut c_void) {
-    // SAFETY: `user_data` is a leaked ReclaimState: it lives for the rest of the process.
-    let state = unsafe { &*(user_data as *const ReclaimState) };
-    if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| (state.callback)(device, size))) {
-        state.panics.push(payload);
-    }
+    // SAFETY: `user_data` is a leaked shell: it lives for the rest of the process.
+    let shell = unsafe { &*(user_data as *const Shell<ReclaimFn>) };
+    shell.run(|callback| callback(device, size));
 }
 
-/// A reclaim callback added by [`add_reclaim`]; removed when dropped.
+/// A reclaim callback added by [`add_reclaim`]; removed when dropped, and its closure with it.
 #[must_use = "a Reclaim removes itself when dropped"]
 pub struct Reclaim {
     id: u64,
-    state: &'static ReclaimState,
+    shell: &'static Shell<ReclaimFn>,
 }
 
 impl Reclaim {
-    /// Removes the callback now, reporting a failure.
+    /// Removes the callback now, reporting a failure (the closure is then kept, as the callback
+    /// may be).
     pub fn remove(self) -> Result<()> {
-        let id = self.id;
+        let (id, shell) = (self.id, self.shell);
         std::mem::forget(self);
         // SAFETY: an id the library gave.
-        check(unsafe { sys::gpumem_reclaim_remove(id) })
+        check(unsafe { sys::gpumem_reclaim_remove(id) })?;
+        shell.clear();
+        Ok(())
     }
 
     /// The messages of the panics caught in the callback so far; taken.
     pub fn take_panics(&self) -> Vec<String> {
-        self.state.panics.take()
+        self.shell.panics().take()
     }
 }
 
 impl Drop for Reclaim {
     fn drop(&mut self) {
         // SAFETY: an id the library gave.
-        unsafe { sys::gpumem_reclaim_remove(self.id) };
+        if unsafe { sys::gpumem_reclaim_remove(self.id) } == sys::GPUMEM_SUCCESS {
+            self.shell.clear();
+        }
     }
 }
 
@@ -348,34 +355,36 @@ impl std::fmt::Debug for Reclaim {
 
 /// Registers a callback every pool runs when it is out of memory, before its last retry, on the
 /// allocating thread with no gpumem lock held: `callback(device, size)` may free memory (drop
-/// buffers it can reach). A panic in it is caught and kept ([`Reclaim::take_panics`]).
+/// buffers it can reach), and may call gpumem. A panic in it is caught and kept
+/// ([`Reclaim::take_panics`]).
 ///
-/// A pool already running the callbacks on another thread may call it once more after its
-/// removal, so the closure is never freed: each registration costs its closure for the rest of the
-/// process.
+/// Dropping the [`Reclaim`] (from inside the callback too) removes it and drops the closure, after
+/// waiting for its calls running on other threads. A pool that started running the callbacks
+/// before the removal may still call it, and finds nothing to run; for that, each registration
+/// keeps a few dozen bytes (not the closure) for the rest of the process.
 pub fn add_reclaim<F>(callback: F) -> Result<Reclaim>
 where
     F: Fn(i32, usize) + Send + Sync + 'static,
 {
-    check_version()?;
-    let state: &'static ReclaimState = Box::leak(Box::new(ReclaimState {
-        callback: Box::new(callback),
-        panics: PanicLog::default(),
-    }));
+    require_version()?;
+    let shell: &'static Shell<ReclaimFn> = Box::leak(Box::new(Shell::new(
+        Box::new(callback) as Box<ReclaimFn>,
+        Arc::new(PanicLog::default()),
+    )));
     let mut id = 0;
-    // SAFETY: the callback and its state live for the rest of the process.
+    // SAFETY: the shell lives for the rest of the process.
     let status = unsafe {
         sys::gpumem_reclaim_add(
             Some(reclaim_trampoline),
-            state as *const ReclaimState as *mut c_void,
+            shell as *const Shell<ReclaimFn> as *mut c_void,
             &mut id,
         )
     };
     if status != sys::GPUMEM_SUCCESS {
         let error = Error::last(status);
         // SAFETY: the library kept nothing on failure; this is the only reference to the leak.
-        drop(unsafe { Box::from_raw(state as *const ReclaimState as *mut ReclaimState) });
+        drop(unsafe { Box::from_raw(shell as *const Shell<ReclaimFn> as *mut Shell<ReclaimFn>) });
         return Err(error);
     }
-    Ok(Reclaim { id, state })
+    Ok(Reclaim { id, shell })
 }

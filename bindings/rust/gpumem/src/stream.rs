@@ -27,17 +27,12 @@ impl Stream {
         Stream(stream as usize)
     }
 
-    /// A stream the library handed back, which was one of the caller's to begin with.
-    pub(crate) fn from_library(stream: sys::gpumem_stream_t) -> Stream {
-        Stream(stream as usize)
-    }
-
     /// The handle, for calls gpumem does not make.
     pub fn as_raw(self) -> sys::gpumem_stream_t {
         self.0 as sys::gpumem_stream_t
     }
 
-    /// The handle's value as an integer, as traces record it.
+    /// The handle's value as an integer, as traces, hooks and snapshots report streams.
     pub fn addr(self) -> usize {
         self.0
     }

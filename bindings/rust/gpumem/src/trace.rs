@@ -135,7 +135,7 @@ unsafe impl Sync for TraceReader {}
 impl TraceReader {
     /// Opens a trace file: the whole file is read and its header checked.
     pub fn open(path: impl AsRef<Path>) -> Result<TraceReader> {
-        crate::check_version()?;
+        crate::require_version()?;
         let path = c_path(path.as_ref())?;
         let mut out = ptr::null_mut();
         // SAFETY: a NUL-terminated path and a valid output.

@@ -7,7 +7,7 @@
 mod common;
 
 use common::RustHeap;
-use gpumem::{AddressRanges, Allocator, AllocatorFunctions, Pool, PoolParams, Result, Status, Stream};
+use gpumem::{AddressRanges, Allocator, AllocatorFunctions, FunctionsResult, Pool, PoolParams, Status, Stream};
 use std::alloc::{self, Layout};
 use std::os::raw::c_void;
 use std::ptr::NonNull;
@@ -37,7 +37,7 @@ fn a_pool_over_a_rust_allocator_holds_bytes() {
     assert_eq!(rust.stats().unwrap().bytes_in_use, 0);
     drop(pool);
     assert!(!dropped.load(Ordering::SeqCst));
-    rust.destroy().unwrap();
+    rust.destroy().map_err(|(_, e)| e).unwrap();
     assert!(
         dropped.load(Ordering::SeqCst),
         "destroying the allocator drops the Rust object"
@@ -79,6 +79,66 @@ fn a_panicking_allocation_is_an_internal_error_and_the_allocator_lives_on() {
     let e = pool.alloc(4 << 20).unwrap_err();
     assert_eq!(e.status, Status::INTERNAL);
     assert_eq!(rust.take_panics().len(), 1);
+}
+
+/// The buffer of a failed free comes back with the error, still allocated, and can be freed again.
+#[test]
+fn a_failed_free_gives_the_buffer_back() {
+    let (heap, _dropped) = RustHeap::new();
+    let heap = Arc::new(heap);
+    let rust = Allocator::from_functions(-1, heap.clone()).unwrap();
+    let mut b = rust.alloc(64).unwrap();
+    b.write(0, b"kept").unwrap();
+    heap.panic_in_free.store(true, Ordering::SeqCst);
+    let (b, e) = b.free_on(Stream::LEGACY).unwrap_err();
+    assert_eq!(e.status, Status::INTERNAL);
+    assert_eq!(rust.take_panics().len(), 1);
+    let mut back = [0u8; 4];
+    b.read(0, &mut back).unwrap();
+    assert_eq!(&back, b"kept");
+    assert_eq!(heap.live.load(Ordering::SeqCst), 1);
+    heap.panic_in_free.store(false, Ordering::SeqCst);
+    b.free().unwrap();
+    assert_eq!(heap.live.load(Ordering::SeqCst), 0);
+}
+
+/// A RustHeap that keeps the stream of the last allocation and of the last free.
+struct Streams {
+    heap: RustHeap,
+    alloc_stream: AtomicUsize,
+    free_stream: AtomicUsize,
+}
+
+// SAFETY: every call goes to a RustHeap, which keeps the trait's promises.
+unsafe impl AllocatorFunctions for Streams {
+    fn alloc(&self, size: usize, device: i32, stream: usize) -> FunctionsResult<NonNull<c_void>> {
+        self.alloc_stream.store(stream, Ordering::SeqCst);
+        self.heap.alloc(size, device, stream)
+    }
+
+    unsafe fn free(&self, ptr: NonNull<c_void>, size: usize, device: i32, stream: usize) -> FunctionsResult<()> {
+        self.free_stream.store(stream, Ordering::SeqCst);
+        // SAFETY: the same contract.
+        unsafe { self.heap.free(ptr, size, device, stream) }
+    }
+}
+
+/// The stream of each call reaches the functions as its handle's value, and a buffer may be freed
+/// on another stream than its own.
+#[test]
+fn the_stream_is_passed_as_a_value() {
+    let streams = Arc::new(Streams {
+        heap: RustHeap::new().0,
+        alloc_stream: AtomicUsize::new(0),
+        free_stream: AtomicUsize::new(0),
+    });
+    let rust = Allocator::from_functions(-1, streams.clone()).unwrap();
+    let b = rust.alloc_on(100, Stream::PER_THREAD).unwrap();
+    assert_eq!(b.stream(), Stream::PER_THREAD);
+    b.free_on(Stream::LEGACY).unwrap();
+    assert_eq!(streams.alloc_stream.load(Ordering::SeqCst), Stream::PER_THREAD.addr());
+    assert_eq!(streams.free_stream.load(Ordering::SeqCst), Stream::LEGACY.addr());
+    assert_eq!(streams.heap.live.load(Ordering::SeqCst), 0);
 }
 
 #[test]
@@ -135,12 +195,14 @@ struct Ranges {
     mapped: AtomicUsize,
 }
 
-impl AllocatorFunctions for Ranges {
-    fn alloc(&self, size: usize, _device: i32, _stream: Stream) -> Result<NonNull<c_void>> {
+// SAFETY: every reservation is a whole heap block of its own, aligned to the map unit, so each
+// part a pool maps is host memory, as device -1 asks; and so is each allocation.
+unsafe impl AllocatorFunctions for Ranges {
+    fn alloc(&self, size: usize, _device: i32, _stream: usize) -> FunctionsResult<NonNull<c_void>> {
         self.reserve(size, -1)
     }
 
-    unsafe fn free(&self, ptr: NonNull<c_void>, size: usize, device: i32, _stream: Stream) -> Result<()> {
+    unsafe fn free(&self, ptr: NonNull<c_void>, size: usize, device: i32, _stream: usize) -> FunctionsResult<()> {
         // SAFETY: the same contract.
         unsafe { self.unreserve(ptr, size, device) }
     }
@@ -152,7 +214,7 @@ impl AllocatorFunctions for Ranges {
         })
     }
 
-    fn reserve(&self, size: usize, _device: i32) -> Result<NonNull<c_void>> {
+    fn reserve(&self, size: usize, _device: i32) -> FunctionsResult<NonNull<c_void>> {
         let layout = Layout::from_size_align(size, UNIT).unwrap();
         // SAFETY: not a size of 0.
         let ptr = unsafe { alloc::alloc(layout) };
@@ -160,19 +222,19 @@ impl AllocatorFunctions for Ranges {
         Ok(NonNull::new(ptr as *mut c_void).expect("out of host memory"))
     }
 
-    unsafe fn unreserve(&self, ptr: NonNull<c_void>, size: usize, _device: i32) -> Result<()> {
+    unsafe fn unreserve(&self, ptr: NonNull<c_void>, size: usize, _device: i32) -> FunctionsResult<()> {
         // SAFETY: the trait's contract: a whole reservation of this size.
         unsafe { alloc::dealloc(ptr.as_ptr() as *mut u8, Layout::from_size_align(size, UNIT).unwrap()) };
         self.reserved.fetch_sub(size, Ordering::SeqCst);
         Ok(())
     }
 
-    unsafe fn map(&self, _ptr: NonNull<c_void>, size: usize, _device: i32) -> Result<()> {
+    unsafe fn map(&self, _ptr: NonNull<c_void>, size: usize, _device: i32) -> FunctionsResult<()> {
         self.mapped.fetch_add(size, Ordering::SeqCst);
         Ok(())
     }
 
-    unsafe fn unmap(&self, _ptr: NonNull<c_void>, size: usize, _device: i32) -> Result<()> {
+    unsafe fn unmap(&self, _ptr: NonNull<c_void>, size: usize, _device: i32) -> FunctionsResult<()> {
         self.mapped.fetch_sub(size, Ordering::SeqCst);
         Ok(())
     }

@@ -99,7 +99,11 @@ fn the_device_pool_and_the_default_allocator() {
     round_trip(&mut b, 4);
     drop(b);
     let default = Allocator::default_for(0).unwrap();
+    assert!(!default.is_owned());
     assert_eq!(Pool::try_from(default).unwrap(), pool);
+    let (pool, e) = pool.destroy().unwrap_err();
+    assert_eq!(e.status, Status::NOT_SUPPORTED);
+    pool.alloc(64).unwrap();
 }
 
 #[test]
@@ -123,7 +127,7 @@ fn stream_ordered_managed_pinned_and_vm_memory() {
         device: 0,
         ..VmParams::default()
     }) {
-        Err(e) if e.is(Status::NOT_SUPPORTED) => common::skip("vm: the device has no virtual memory management"),
+        Err(e) if e.status == Status::NOT_SUPPORTED => common::skip("vm: the device has no virtual memory management"),
         vm => kinds.push(("vm", vm)),
     }
     for (name, allocator) in kinds {
@@ -169,16 +173,16 @@ fn copies_between_pinned_slices_and_device_memory() {
     let device = Allocator::device(0).unwrap();
     let mut b = device.alloc(1 << 20).unwrap();
     let mut data = pattern(1 << 20, 6);
-    {
-        let pinned = gpumem::pin_mut(&mut data).unwrap();
+    gpumem::pin_scope_mut(&mut data, |pinned| {
         // SAFETY: the slice stays pinned and unchanged until the copy is done: the read below is
         // queued after it on the same stream, and returns once it has written plain host memory.
-        unsafe { b.write_async(0, &pinned, Stream::LEGACY) }.unwrap();
+        unsafe { b.write_async(0, pinned, Stream::LEGACY) }.unwrap();
         let mut back = vec![0u8; 1 << 20];
         // SAFETY: `back` is plain host memory, written before the call returns.
         unsafe { b.read_async(0, &mut back, Stream::LEGACY) }.unwrap();
         assert!(back[..] == pinned[..]);
-    }
+    })
+    .unwrap();
     let mut back = vec![0u8; 4096];
     // SAFETY: 4096 live bytes of the buffer.
     unsafe { gpumem::copy_to_slice(&mut back, b.as_ptr()) }.unwrap();

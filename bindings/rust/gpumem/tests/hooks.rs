@@ -1,6 +1,10 @@
 //! Hooks: Rust closures the library calls on an allocator's events.
 
-use gpumem::{Allocator, HookEvents, HookInfo, Pool, PoolParams, Status, Stream};
+mod common;
+
+use common::RustHeap;
+use gpumem::{Allocator, Hook, HookEvents, HookInfo, Pool, PoolParams, Status, Stream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 fn host_pool() -> (Allocator, Pool) {
@@ -46,7 +50,7 @@ fn every_event_with_its_sizes() {
     for info in seen.iter() {
         assert_eq!(
             (info.device, info.allocator, info.stream),
-            (-1, pool.as_raw() as usize, Stream::DEFAULT)
+            (-1, pool.as_raw() as usize, Stream::DEFAULT.addr())
         );
     }
 }
@@ -117,8 +121,9 @@ fn a_hook_keeps_its_allocator_alive() {
     let (seen, hook) = recorder();
     let hook = host.add_hook(HookEvents::MALLOC_PRE, hook).unwrap();
     let raw = host.as_raw();
-    let e = host.destroy().unwrap_err();
+    let (host, e) = host.destroy().unwrap_err();
     assert_eq!(e.status, Status::BUSY);
+    drop(host);
     // SAFETY: `hook` holds the allocator alive for as long as this borrowed wrapper is used.
     let borrowed = unsafe { Allocator::from_raw_borrowed(raw) }.unwrap();
     borrowed.alloc(8).unwrap().free().unwrap();
@@ -147,4 +152,136 @@ fn hooks_run_on_every_allocating_thread() {
         thread.join().unwrap();
     }
     assert_eq!(seen.lock().unwrap().len(), 400);
+}
+
+/// Sets its flag when dropped: a closure that holds one says when it is dropped.
+struct DropFlag(Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+fn drop_flag() -> (DropFlag, Arc<AtomicBool>) {
+    let flag = Arc::new(AtomicBool::new(false));
+    (DropFlag(flag.clone()), flag)
+}
+
+#[test]
+fn a_removed_hooks_closure_is_dropped() {
+    let (_host, pool) = host_pool();
+    let (flag, dropped) = drop_flag();
+    let hook = pool
+        .add_hook(HookEvents::MALLOC_PRE, move |_| {
+            let _ = &flag;
+        })
+        .unwrap();
+    pool.alloc(8).unwrap();
+    drop(hook);
+    assert!(dropped.load(Ordering::SeqCst), "the closure outlived its hook");
+
+    let (flag, dropped) = drop_flag();
+    let hook = pool
+        .add_hook(HookEvents::MALLOC_PRE, move |_| {
+            let _ = &flag;
+        })
+        .unwrap();
+    hook.remove().unwrap();
+    assert!(dropped.load(Ordering::SeqCst), "the closure outlived its removal");
+}
+
+#[test]
+fn a_hook_of_a_borrowed_allocator_drops_its_closure() {
+    let (_host, pool) = host_pool();
+    // SAFETY: `pool` outlives the borrowed wrapper, and its hooks.
+    let borrowed = unsafe { Allocator::from_raw_borrowed(pool.as_raw()) }.unwrap();
+    for _ in 0..3 {
+        let (flag, dropped) = drop_flag();
+        let hook = borrowed
+            .add_hook(HookEvents::MALLOC_PRE, move |_| {
+                let _ = &flag;
+            })
+            .unwrap();
+        pool.alloc(8).unwrap();
+        drop(hook);
+        assert!(dropped.load(Ordering::SeqCst));
+    }
+}
+
+#[test]
+fn a_hook_that_holds_its_allocator_lets_it_be_destroyed() {
+    let (heap, destroyed) = RustHeap::new();
+    let rust = Allocator::from_functions(-1, heap).unwrap();
+    let held = rust.clone();
+    let hook = rust
+        .add_hook(HookEvents::MALLOC_POST, move |_| {
+            let _ = &held;
+        })
+        .unwrap();
+    rust.alloc(8).unwrap();
+    drop(hook);
+    drop(rust);
+    assert!(
+        destroyed.load(Ordering::SeqCst),
+        "the allocator outlived its last handle, held by a removed hook"
+    );
+}
+
+#[test]
+fn a_hook_may_remove_itself() {
+    let (_host, pool) = host_pool();
+    let slot: Arc<Mutex<Option<Hook>>> = Arc::new(Mutex::new(None));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (flag, dropped) = drop_flag();
+    let (own, counter) = (slot.clone(), calls.clone());
+    let hook = pool
+        .add_hook(HookEvents::MALLOC_PRE, move |_| {
+            let _ = &flag;
+            counter.fetch_add(1, Ordering::SeqCst);
+            drop(own.lock().unwrap().take());
+        })
+        .unwrap();
+    *slot.lock().unwrap() = Some(hook);
+    pool.alloc(8).unwrap();
+    assert!(slot.lock().unwrap().is_none());
+    assert!(dropped.load(Ordering::SeqCst), "the closure outlived its own removal");
+    pool.alloc(8).unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert!(pool.take_panics().is_empty());
+}
+
+#[test]
+fn dropping_a_hook_while_other_threads_run_it() {
+    let (_host, pool) = host_pool();
+    for _ in 0..20 {
+        let (flag, dropped) = drop_flag();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counter = calls.clone();
+        let hook = pool
+            .add_hook(HookEvents::MALLOC_PRE | HookEvents::FREE_POST, move |_| {
+                let _ = &flag;
+                counter.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap();
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let pool = pool.clone();
+                std::thread::spawn(move || {
+                    for size in 1..=200 {
+                        pool.alloc(size).unwrap();
+                    }
+                })
+            })
+            .collect();
+        while calls.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        drop(hook);
+        assert!(dropped.load(Ordering::SeqCst));
+        for thread in threads {
+            thread.join().unwrap();
+        }
+    }
+    assert!(pool.take_panics().is_empty());
 }

@@ -140,7 +140,7 @@ fn snapshot_lists_each_block() {
     assert_eq!(of(&b).requested, 100);
     for block in &blocks {
         assert_eq!(block.state, BlockState::IN_USE);
-        assert_eq!(block.stream, Stream::DEFAULT);
+        assert_eq!(block.stream, Stream::DEFAULT.addr());
         assert_eq!(block.segment, block.address);
         assert_eq!(block.segment_size, block.size);
     }
@@ -208,23 +208,69 @@ fn a_buffer_keeps_its_pool_and_the_pool_its_upstream_alive() {
 }
 
 #[test]
-fn destroy_reports_what_drop_cannot() {
-    let (host, pool) = host_pool();
+fn destroy_reports_what_drop_cannot_and_gives_the_handle_back() {
+    let (heap, dropped) = RustHeap::new();
+    let upstream = Allocator::from_functions(-1, heap).unwrap();
+    let pool = Pool::new(&upstream, &PoolParams::new()).unwrap();
     let buffer = pool.alloc(64).unwrap();
-    let e = pool.clone().destroy().unwrap_err();
+    let (pool, e) = pool.destroy().unwrap_err();
     assert_eq!(e.status, Status::BUSY);
-    assert!(e.detail.contains("other handles"), "{}", e.detail);
+    assert!(e.detail.contains("1 other handles"), "{}", e.detail);
     drop(buffer);
-    Allocator::from(pool).destroy().unwrap();
-    host.destroy().unwrap();
+    pool.alloc(8).unwrap();
+    pool.destroy().map_err(|(_, e)| e).unwrap();
+    assert!(!dropped.load(Ordering::SeqCst));
+    upstream.destroy().map_err(|(_, e)| e).unwrap();
+    assert!(dropped.load(Ordering::SeqCst));
 
-    let host = Allocator::host(0).unwrap();
-    let raw = host.alloc_raw(64, Stream::DEFAULT).unwrap();
-    let e = host.clone().destroy().unwrap_err();
+    // The library's refusal gives the handle back as live as it was.
+    let (heap, dropped) = RustHeap::new();
+    let rust = Allocator::from_functions(-1, heap).unwrap();
+    let raw = rust.alloc_raw(64, Stream::DEFAULT).unwrap();
+    let (rust, e) = rust.destroy().unwrap_err();
     assert_eq!(e.status, Status::BUSY);
+    assert!(!e.detail.contains("other handles"), "{}", e.detail);
+    assert!(!dropped.load(Ordering::SeqCst));
     // SAFETY: memory from alloc_raw, used by nothing.
-    unsafe { host.free_raw(raw.as_ptr(), Stream::DEFAULT) }.unwrap();
-    host.destroy().unwrap();
+    unsafe { rust.free_raw(raw.as_ptr(), Stream::DEFAULT) }.unwrap();
+    rust.destroy().map_err(|(_, e)| e).unwrap();
+    assert!(dropped.load(Ordering::SeqCst));
+}
+
+#[test]
+fn host_buffers_are_read_written_and_filled_without_a_driver() {
+    let (_host, pool) = host_pool();
+    let mut b = pool.alloc(256).unwrap();
+    let data: Vec<u8> = (0..=255).collect();
+    b.write(0, &data).unwrap();
+    let mut back = vec![0u8; 100];
+    b.read(50, &mut back).unwrap();
+    assert_eq!(back, &data[50..150]);
+    b.fill(0x5a).unwrap();
+    // SAFETY: host memory the buffer owns, used by nothing else.
+    assert!(unsafe { b.as_slice() }.iter().all(|&x| x == 0x5a));
+    let e = b.write(250, &data[..7]).unwrap_err();
+    assert_eq!(e.status, Status::INVALID_ARGUMENT);
+
+    // A Rust allocator's host memory too.
+    let rust = Allocator::from_functions(-1, RustHeap::new().0).unwrap();
+    let mut b = rust.alloc(16).unwrap();
+    b.write(8, b"8 bytes!").unwrap();
+    let mut back = [0u8; 8];
+    b.read(8, &mut back).unwrap();
+    assert_eq!(&back, b"8 bytes!");
+}
+
+#[test]
+fn a_borrowed_pool_is_not_destroyed() {
+    let (_host, pool) = host_pool();
+    // SAFETY: `pool` outlives the borrowed wrapper, which is used only below.
+    let borrowed = unsafe { Allocator::from_raw_borrowed(pool.as_raw()) }.unwrap();
+    let borrowed = Pool::try_from(borrowed).unwrap();
+    assert!(!borrowed.is_owned());
+    let (borrowed, e) = borrowed.destroy().unwrap_err();
+    assert_eq!(e.status, Status::NOT_SUPPORTED);
+    borrowed.alloc(8).unwrap();
 }
 
 #[test]

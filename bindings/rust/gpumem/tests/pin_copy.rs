@@ -1,10 +1,11 @@
-//! Pinning and copies of host memory. Querying needs no driver; pinning and copying do, and skip,
-//! saying so, without one.
+//! Pinning and copies of host memory. Querying needs no driver, and neither do a host buffer's
+//! reads and writes; pinning and raw copies do, and skip, saying so, without one.
 
 mod common;
 
 use gpumem::{Allocator, Copy2d, MemoryType, PinState, Pool, PoolParams, Status};
 use std::os::raw::c_void;
+use std::panic::{self, AssertUnwindSafe};
 
 #[test]
 fn querying_and_statistics_need_no_driver() {
@@ -19,28 +20,49 @@ fn querying_and_statistics_need_no_driver() {
 }
 
 #[test]
-fn a_pinned_slice_is_unpinned_when_the_guard_goes() {
+fn a_slice_is_pinned_for_the_length_of_the_scope() {
     let mut data = vec![0u8; 3 * 4096 + 100];
     let pins_before = gpumem::pin_stats().unwrap().pins;
-    let pinned = gpumem::pin_mut(&mut data[100..]);
+    let pinned = gpumem::pin_scope_mut(&mut data[100..], |pinned| {
+        pinned[0] = 42;
+        assert_eq!(gpumem::pin_query(pinned).unwrap(), PinState::FULL);
+        assert!(gpumem::pin_stats().unwrap().pins > pins_before);
+        pinned.len()
+    });
     if !common::needs_gpu(&pinned) {
         return;
     }
-    let mut pinned = pinned.unwrap();
-    pinned[0] = 42;
-    assert_eq!(gpumem::pin_query(&pinned).unwrap(), PinState::FULL);
-    assert!(gpumem::pin_stats().unwrap().pins > pins_before);
-    drop(pinned);
+    assert_eq!(pinned.unwrap(), 3 * 4096);
     assert_eq!(data[100], 42);
     assert_eq!(gpumem::pin_query(&data).unwrap(), PinState::NONE);
 
-    let shared = gpumem::pin(&data[..4096]).unwrap();
-    assert_eq!(gpumem::pin_query(&data).unwrap(), PinState::PARTIAL);
-    let again = gpumem::pin(&data[..100]).unwrap();
-    shared.unpin().unwrap();
-    assert_eq!(gpumem::pin_query(&data[..100]).unwrap(), PinState::FULL);
-    drop(again);
+    // Pins nest and overlap: each range stays pinned while any pin covers it.
+    gpumem::pin_scope(&data[..4096], |_| {
+        assert_eq!(gpumem::pin_query(&data).unwrap(), PinState::PARTIAL);
+        gpumem::pin_scope(&data[..100], |_| {
+            assert_eq!(gpumem::pin_query(&data[..100]).unwrap(), PinState::FULL)
+        })
+        .unwrap();
+        assert_eq!(gpumem::pin_query(&data[..4096]).unwrap(), PinState::FULL);
+    })
+    .unwrap();
     assert_eq!(gpumem::pin_query(&data).unwrap(), PinState::NONE);
+}
+
+#[test]
+fn a_panic_in_the_scope_unpins_the_slice() {
+    let mut data = vec![0u8; 8192];
+    let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+        gpumem::pin_scope_mut(&mut data, |_| panic!("inside the scope"))
+    }));
+    match caught {
+        // The closure always panics: it was not called, for want of a driver.
+        Ok(not_pinned) => assert!(!common::needs_gpu(&not_pinned)),
+        Err(payload) => {
+            assert_eq!(payload.downcast_ref::<&str>(), Some(&"inside the scope"));
+            assert_eq!(gpumem::pin_query(&data).unwrap(), PinState::NONE);
+        }
+    }
 }
 
 #[test]
@@ -49,10 +71,7 @@ fn copies_between_host_buffers_and_slices() {
     let pool = Pool::new(&host, &PoolParams::new()).unwrap();
     let mut b = pool.alloc(256).unwrap();
     let data: Vec<u8> = (0..=255).collect();
-    let written = b.write(0, &data);
-    if !common::needs_gpu(&written) {
-        return;
-    }
+    b.write(0, &data).unwrap();
     let mut back = vec![0u8; 100];
     b.read(50, &mut back).unwrap();
     assert_eq!(back, &data[50..150]);
@@ -61,7 +80,10 @@ fn copies_between_host_buffers_and_slices() {
 
     let mut out = vec![0u8; 256];
     // SAFETY: both ranges are 256 live bytes that do not overlap.
-    unsafe { gpumem::copy(out.as_mut_ptr() as *mut c_void, b.as_ptr(), 256) }.unwrap();
+    let copied = unsafe { gpumem::copy(out.as_mut_ptr() as *mut c_void, b.as_ptr(), 256) };
+    if !common::needs_gpu(&copied) {
+        return;
+    }
     assert_eq!(out, data);
     // SAFETY: as above.
     unsafe { gpumem::copy_to_slice(&mut out[..16], b.as_ptr().cast::<u8>().add(16) as *const c_void) }.unwrap();
@@ -82,8 +104,11 @@ fn copies_between_host_buffers_and_slices() {
         assert_eq!(&column[row * 4..row * 4 + 4], &data[row * 16 + 8..row * 16 + 12]);
     }
 
-    // Plain host memory is the host's to set, not the driver's.
-    assert_eq!(b.fill(0).unwrap_err().status, Status::INVALID_POINTER);
+    // Plain host memory is the host's to set: the buffer does it, the driver refuses.
+    b.fill(0).unwrap();
+    // SAFETY: as above.
+    let e = unsafe { gpumem::memset(b.as_ptr(), 0, 1, 256) }.unwrap_err();
+    assert_eq!(e.status, Status::INVALID_POINTER);
     let info = gpumem::pointer_info(b.as_ptr()).unwrap();
     assert_eq!((info.memory_type, info.is_pinned), (MemoryType::UNREGISTERED, false));
 }

@@ -1,26 +1,45 @@
 //! Reclaim callbacks, which every pool of the process runs when out of memory; alone in this
-//! binary so that no other test's pool runs them.
+//! binary so that no other test's pool runs them, and one test at a time (`ONE_AT_A_TIME`).
 
-use gpumem::{Allocator, Buffer, Pool, PoolParams, Status};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use gpumem::{Allocator, Buffer, Pool, PoolParams, Reclaim, Status};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn alone() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A pool of host memory that holds at most `limit` bytes.
+fn limited_pool(limit: u64) -> Pool {
+    Pool::new(&Allocator::host(0).unwrap(), &PoolParams::new().limit(limit)).unwrap()
+}
+
+/// Sets its flag when dropped: a closure that holds one says when it is dropped.
+struct DropFlag(Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
 
 #[test]
 fn a_reclaim_callback_frees_memory_and_the_pool_retries() {
-    let host = Allocator::host(0).unwrap();
-    let pool = Pool::new(&host, &PoolParams::new().limit(8192)).unwrap();
+    let _alone = alone();
+    let pool = limited_pool(8192);
     let garbage: Arc<Mutex<Option<Buffer>>> = Arc::new(Mutex::new(Some(pool.alloc(8192).unwrap())));
-    let calls = Arc::new(AtomicUsize::new(0));
+    let calls: Arc<Mutex<Vec<(i32, usize)>>> = Arc::default();
     let (garbage_in_callback, calls_in_callback) = (garbage.clone(), calls.clone());
     let reclaim = gpumem::add_reclaim(move |device, size| {
-        assert_eq!((device, size), (-1, 4096));
-        calls_in_callback.fetch_add(1, Ordering::SeqCst);
+        calls_in_callback.lock().unwrap().push((device, size));
         garbage_in_callback.lock().unwrap().take();
     })
     .unwrap();
 
     let b = pool.alloc(4096).unwrap();
-    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(*calls.lock().unwrap(), vec![(-1, 4096)]);
     assert!(garbage.lock().unwrap().is_none());
     assert!(pool.stats().unwrap().retry_count >= 1);
     drop(b);
@@ -32,5 +51,48 @@ fn a_reclaim_callback_frees_memory_and_the_pool_retries() {
     assert_eq!(pool.alloc(512).unwrap_err().status, Status::OUT_OF_MEMORY);
     assert_eq!(reclaim.take_panics(), vec!["no garbage here".to_string()]);
     drop(reclaim);
+    drop(hold);
+}
+
+#[test]
+fn dropping_a_reclaim_removes_it_and_drops_its_closure() {
+    let _alone = alone();
+    let pool = limited_pool(4096);
+    let hold = pool.alloc(4096).unwrap();
+    let calls: Arc<Mutex<Vec<(i32, usize)>>> = Arc::default();
+    let dropped = Arc::new(AtomicBool::new(false));
+    let (record, flag) = (calls.clone(), DropFlag(dropped.clone()));
+    let reclaim = gpumem::add_reclaim(move |device, size| {
+        let _ = &flag;
+        record.lock().unwrap().push((device, size));
+    })
+    .unwrap();
+    assert_eq!(pool.alloc(1000).unwrap_err().status, Status::OUT_OF_MEMORY);
+    assert_eq!(*calls.lock().unwrap(), vec![(-1, 1000)]);
+
+    drop(reclaim);
+    assert!(dropped.load(Ordering::SeqCst), "the closure outlived its removal");
+    assert_eq!(pool.alloc(1000).unwrap_err().status, Status::OUT_OF_MEMORY);
+    assert_eq!(calls.lock().unwrap().len(), 1, "a dropped callback ran");
+    drop(hold);
+}
+
+#[test]
+fn a_reclaim_callback_may_remove_itself() {
+    let _alone = alone();
+    let pool = limited_pool(4096);
+    let hold = pool.alloc(4096).unwrap();
+    let slot: Arc<Mutex<Option<Reclaim>>> = Arc::default();
+    let dropped = Arc::new(AtomicBool::new(false));
+    let (own, flag) = (slot.clone(), DropFlag(dropped.clone()));
+    let reclaim = gpumem::add_reclaim(move |_, _| {
+        let _ = &flag;
+        drop(own.lock().unwrap().take());
+    })
+    .unwrap();
+    *slot.lock().unwrap() = Some(reclaim);
+    assert_eq!(pool.alloc(1000).unwrap_err().status, Status::OUT_OF_MEMORY);
+    assert!(slot.lock().unwrap().is_none());
+    assert!(dropped.load(Ordering::SeqCst), "the closure outlived its own removal");
     drop(hold);
 }

@@ -1,8 +1,27 @@
 //! Allocators and buffers shared and sent between threads (their Send and Sync).
 
-use gpumem::{Allocator, Buffer, Pool, PoolParams, Stream};
+mod common;
+
+use common::RustHeap;
+use gpumem::{Allocator, Buffer, Hook, Pool, PoolParams, Reclaim, Stream, Trace, TraceReader};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::thread;
+
+/// Compiles only for types that may be sent and shared between threads.
+fn send_and_sync<T: Send + Sync>() {}
+
+#[test]
+fn handles_are_send_and_sync() {
+    send_and_sync::<Allocator>();
+    send_and_sync::<Pool>();
+    send_and_sync::<Buffer>();
+    send_and_sync::<Hook>();
+    send_and_sync::<Reclaim>();
+    send_and_sync::<Trace>();
+    send_and_sync::<TraceReader>();
+    send_and_sync::<gpumem::Error>();
+}
 
 #[test]
 fn one_pool_many_threads() {
@@ -44,7 +63,7 @@ fn buffers_freed_on_another_thread() {
     let freer = thread::spawn(move || {
         let mut n = 0;
         for b in receive {
-            b.free().unwrap();
+            b.free().map_err(|(_, e)| e).unwrap();
             n += 1;
         }
         n
@@ -59,9 +78,15 @@ fn buffers_freed_on_another_thread() {
 
 #[test]
 fn the_last_handle_may_go_on_any_thread() {
-    let host = Allocator::host(0).unwrap();
-    let pool = Pool::new(&host, &PoolParams::new()).unwrap();
+    let (heap, destroyed) = RustHeap::new();
+    let upstream = Allocator::from_functions(-1, heap).unwrap();
+    let pool = Pool::new(&upstream, &PoolParams::new()).unwrap();
     let buffer = pool.alloc(100).unwrap();
-    drop((host, pool));
+    drop((upstream, pool));
+    assert!(!destroyed.load(Ordering::SeqCst));
     thread::spawn(move || drop(buffer)).join().unwrap();
+    assert!(
+        destroyed.load(Ordering::SeqCst),
+        "the pool and its upstream outlived their last handle"
+    );
 }

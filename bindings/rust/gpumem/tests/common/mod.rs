@@ -3,7 +3,7 @@
 // Unsafe operations in unsafe fns take their own unsafe blocks (and rustc 1.63 then accepts those).
 #![deny(unsafe_op_in_unsafe_fn)]
 
-use gpumem::{AllocatorFunctions, Error, Result, Status, Stream};
+use gpumem::{AllocatorFunctions, FunctionsResult, Result, Status};
 use std::alloc::{self, Layout};
 use std::io::Write;
 use std::os::raw::c_void;
@@ -27,7 +27,7 @@ pub fn gpu() -> bool {
             skip("no CUDA device");
             false
         }
-        Err(e) if e.is(Status::NO_DRIVER) || e.is(Status::NO_DEVICE) => {
+        Err(e) if e.status == Status::NO_DRIVER || e.status == Status::NO_DEVICE => {
             skip(&format!("no CUDA device ({})", e));
             false
         }
@@ -40,7 +40,7 @@ pub fn gpu() -> bool {
 pub fn needs_gpu<T>(result: &Result<T>) -> bool {
     match result {
         Ok(_) => true,
-        Err(e) if e.is(Status::NO_DRIVER) || e.is(Status::NO_DEVICE) => {
+        Err(e) if e.status == Status::NO_DRIVER || e.status == Status::NO_DEVICE => {
             skip(&format!("no CUDA device ({})", e));
             false
         }
@@ -82,28 +82,30 @@ impl RustHeap {
     }
 }
 
-fn layout(size: usize) -> Result<Layout> {
-    Layout::from_size_align(size, 512).map_err(|e| Error::new(Status::INVALID_ARGUMENT.0, e.to_string()))
+fn layout(size: usize) -> FunctionsResult<Layout> {
+    Layout::from_size_align(size, 512).map_err(|_| Status::INVALID_ARGUMENT)
 }
 
-impl AllocatorFunctions for RustHeap {
-    fn alloc(&self, size: usize, device: i32, _stream: Stream) -> Result<NonNull<c_void>> {
+// SAFETY: alloc returns `size` bytes of Rust's heap that nothing else uses until free gives them
+// back: host memory, as device -1 (the only device the tests make it with) asks.
+unsafe impl AllocatorFunctions for RustHeap {
+    fn alloc(&self, size: usize, device: i32, _stream: usize) -> FunctionsResult<NonNull<c_void>> {
         self.last_device.store(device, Ordering::SeqCst);
         if size > self.panic_above {
             panic!("RustHeap refuses {} bytes", size);
         }
         if size > self.fail_above {
-            return Err(Error::new(Status::OUT_OF_MEMORY.0, "RustHeap is full"));
+            return Err(Status::OUT_OF_MEMORY);
         }
         // SAFETY: the layout's size is not 0 (gpumem never asks for 0 bytes).
         let ptr = unsafe { alloc::alloc(layout(size)?) };
-        let ptr = NonNull::new(ptr as *mut c_void).ok_or_else(|| Error::new(Status::OUT_OF_MEMORY.0, "no memory"))?;
+        let ptr = NonNull::new(ptr as *mut c_void).ok_or(Status::OUT_OF_MEMORY)?;
         self.live.fetch_add(1, Ordering::SeqCst);
         self.allocs.fetch_add(1, Ordering::SeqCst);
         Ok(ptr)
     }
 
-    unsafe fn free(&self, ptr: NonNull<c_void>, size: usize, _device: i32, _stream: Stream) -> Result<()> {
+    unsafe fn free(&self, ptr: NonNull<c_void>, size: usize, _device: i32, _stream: usize) -> FunctionsResult<()> {
         if self.panic_in_free.load(Ordering::SeqCst) {
             panic!("RustHeap will not free {:p}", ptr);
         }
