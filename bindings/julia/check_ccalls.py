@@ -17,7 +17,19 @@ C callback type and every `GPUMEM_*` constant is checked:
   pointees once those are removed (`Ptr{Cvoid}` for `const void *`), since the qualifier promises
   something about the callee, not a different representation. Nothing else is relaxed: `char` is
   not `unsigned char`, `int8_t` is not `char`, and `Cstring`, which hands C a read-only string,
-  matches only a `const char *`, never a `char *` that the callee writes.
+  matches only a `const char *`, never a `char *` that the callee writes;
+- what Julia itself would refuse is refused: a tuple of one type without its comma (`(T)` is T),
+  a `Ref` result of a ccall;
+- a ccall through `@sym` is the whole body of a wrapper named after the function it calls,
+  `gpumem_x(a, b) = ccall(@sym(:gpumem_x), R, (A, B), a, b)`, whose parameters and the values it
+  passes are the header's parameter names in their order, so that arguments of one type passed in
+  each other's place (dst and src) do not pass unnoticed;
+- a callback argument, where a wrapper is called or a ccall passes one directly, is `X[]` for a
+  `const X = Ref{typedef}(...)` of the parameter's own callback type, which `X[] = @cfunction(...)`
+  sets (and that @cfunction is checked against the typedef);
+- a constant has the header's value; one that a macro defines also the size and signedness of the
+  macro's type (C compares `UINT64_MAX - 1` equal to `-2`), and an enum value is an `Int32` or a
+  `UInt32`, as the signatures that carry it.
 
 Where a function is called is recognized from the first argument of `ccall`: `@sym(:name)` (the
 package's cached `dlsym`), `Libdl.dlsym(handle, :name)`, or the static `(:name, lib)`; a ccall of a
@@ -69,21 +81,25 @@ SCALARS = {
 }
 VOID = {"Cvoid", "Nothing"}
 POINTERS = {"Ptr", "Ref"}
-# The integer types a constant may be written in, with their ranges.
+# The integer types a constant may be written in: (bytes, signed).
+INT_TYPES = {
+    "Int8": (1, True),
+    "UInt8": (1, False),
+    "Int16": (2, True),
+    "UInt16": (2, False),
+    "Int32": (4, True),
+    "Cint": (4, True),
+    "UInt32": (4, False),
+    "Cuint": (4, False),
+    "Int64": (8, True),
+    "Int": (8, True),
+    "UInt64": (8, False),
+    "UInt": (8, False),
+    "Csize_t": (8, False),
+}
 INT_RANGES = {
-    "Int8": (-(2**7), 2**7 - 1),
-    "UInt8": (0, 2**8 - 1),
-    "Int16": (-(2**15), 2**15 - 1),
-    "UInt16": (0, 2**16 - 1),
-    "Int32": (-(2**31), 2**31 - 1),
-    "Cint": (-(2**31), 2**31 - 1),
-    "UInt32": (0, 2**32 - 1),
-    "Cuint": (0, 2**32 - 1),
-    "Int64": (-(2**63), 2**63 - 1),
-    "Int": (-(2**63), 2**63 - 1),
-    "UInt64": (0, 2**64 - 1),
-    "UInt": (0, 2**64 - 1),
-    "Csize_t": (0, 2**64 - 1),
+    name: ((-(2 ** (8 * size - 1)), 2 ** (8 * size - 1) - 1) if signed else (0, 2 ** (8 * size) - 1))
+    for name, (size, signed) in INT_TYPES.items()
 }
 CALLING_CONVENTIONS = {"cdecl", "stdcall", "fastcall", "thiscall", "llvmcall"}
 
@@ -159,7 +175,7 @@ class Headers:
         text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
         text = re.sub(r"//[^\n]*", " ", text)
         text = text.replace("\\\n", " ")
-        for m in re.finditer(r"^\s*#\s*define\s+(\w+)(?!\()\s*(.*)$", text, re.M):
+        for m in re.finditer(r"^\s*#\s*define\s+(\w+)\b(?!\()\s*(.*)$", text, re.M):
             self.macros[m.group(1)] = m.group(2).strip()
         text = re.sub(r"^\s*#.*$", " ", text, flags=re.M)
         for m in re.finditer(r"GPUMEM_API\s+([^;{}()]+?)\s*\b(gpumem_\w+)\s*\(([^)]*)\)\s*;", text):
@@ -283,6 +299,20 @@ def blank_julia(text):
     return "".join(out)
 
 
+def _wrapper_of(code, start, close_at):
+    """(name, [parameter names]) when the ccall from `start` to `close_at` is the whole right side
+    of a short-form method definition `name(a, b) = ccall(...)`, else None."""
+    m = re.search(r"(?:^|\n)[ \t]*(\w+)\s*\(([^()]*)\)\s*=\s*\Z", code[:start])
+    if not m:
+        return None
+    rest = code[close_at + 1 :]
+    end = rest.find("\n")
+    if rest[: len(rest) if end < 0 else end].strip():
+        return None
+    params = [p for p in split_top(m.group(2)) if p]
+    return m.group(1), [re.match(r"\w*", p).group(0) for p in params]
+
+
 def _starts_char_literal(text, i):
     # After a name, a closing bracket, a quote or a dot, `'` is the adjoint operator.
     return i == 0 or not (text[i - 1].isalnum() or text[i - 1] in "_)]}'.")
@@ -333,6 +363,19 @@ def split_top(text):
             current.append(c)
     parts.append("".join(current))
     return [" ".join(p.split()) for p in parts]
+
+
+def tuple_items(text):
+    """The items of a literal tuple `(A, B)`, `(A,)` or `()`; `(A)` is A in brackets, which Julia
+    refuses where a tuple of types is needed."""
+    items = split_top(text[1:-1])
+    if items == [""]:
+        return []
+    if items[-1] == "":
+        return items[:-1]
+    if len(items) == 1:
+        raise CheckError(f"`{text}` is not a tuple: write `({items[0]},)`")
+    return items
 
 
 def parse_julia_type(text):
@@ -419,8 +462,9 @@ class Package:
             raise CheckError(f"no .jl files under {package_dir}")
         self.structs = {}  # name -> Definition(mutable, fields=[(name, type text, line)], body_error)
         self.consts = {}  # name -> Definition(rhs)
-        self.ccalls = []  # Definition(spec, args)
+        self.ccalls = []  # Definition(spec, args, wrapper=(name, [parameters]) or None)
         self.cfunctions = []  # Definition(target, args)
+        self.calls = []  # calls of functions named gpumem_*: Definition(name, args)
         self.errors = []
         for path in self.files:
             self._read(path)
@@ -467,7 +511,22 @@ class Package:
             args = split_top(code[open_at + 1 : close_at])
             # The function's name may be a string, which blanking removed: read it from the source.
             spec = " ".join(text[open_at + 1 : open_at + 1 + _top_comma(code, open_at + 1, close_at)].split())
-            self.ccalls.append(Definition(path, line_of(m.start()), args=args, spec=spec))
+            wrapper = _wrapper_of(code, m.start(), close_at)
+            self.ccalls.append(Definition(path, line_of(m.start()), args=args, spec=spec, wrapper=wrapper))
+        for m in re.finditer(r"(?<![\w:@])(gpumem_\w+)\s*\(", code):
+            open_at = m.end() - 1
+            try:
+                close_at = _matching_paren(code, open_at)
+            except CheckError as e:
+                self._error(path, line_of(m.start()), f"{m.group(1)}: {e}")
+                continue
+            # A definition, not a call: `name(...) = ...` or `function name(...)`.
+            if re.match(r"\s*=(?!=)", code[close_at + 1 :]) or re.search(r"\bfunction\s+\Z", code[: m.start()]):
+                continue
+            args = split_top(code[open_at + 1 : close_at])
+            if args == [""]:
+                args = []
+            self.calls.append(Definition(path, line_of(m.start()), name=m.group(1), args=args))
         stored = set()
         for m in re.finditer(r"(\w+)\s*\[\s*\]\s*=\s*(@cfunction)\s*\(", code):
             stored.add(m.start(2))
@@ -521,6 +580,8 @@ class Checker:
         self.failed_groups = set()  # groups with a mismatch found before compiling
         self.called = set()
         self.serial = 0
+        self.wrappers = {}  # wrapper name -> the header's parameters
+        self.cfunction_targets = {cf.target for cf in package.cfunctions}
 
     def error(self, path, line, message):
         self.errors.append((path, line, message))
@@ -639,11 +700,11 @@ class Checker:
         if not (types_text.startswith("(") and types_text.endswith(")")):
             self.error(*where, f"{name}: the argument types must be a literal tuple, not {types_text!r}")
             return
-        types = split_top(types_text[1:-1])
-        if types and types[-1] == "":
-            types.pop()
-        if types == [""]:
-            types = []
+        try:
+            types = tuple_items(types_text)
+        except CheckError as e:
+            self.error(*where, f"{name}: {e}")
+            return
         c_result, params = self.h.prototypes[name]
         if len(types) != len(params):
             self.error(
@@ -655,7 +716,94 @@ class Checker:
         if len(values) != len(types):
             self.error(*where, f"{name}: the ccall gives {len(types)} argument types but passes {len(values)} values")
             return
+        try:
+            returns_ref = parse_julia_type(result)[:2] == ("name", "Ref")
+        except CheckError:
+            returns_ref = False  # check_signature says why it cannot be read
+        if returns_ref:
+            self.error(*where, f"{name}: the result is `{result}`, which Julia refuses for a ccall: write Ptr")
+            return
+        self.check_names(call, name, params, values)
         self.check_signature(where, name, name, c_result, params, result, types)
+
+    def check_names(self, call, name, params, values):
+        """Ties a wrapper to what it calls: `name(a, b) = ccall(@sym(:name), R, (A, B), a, b)`, with
+        a, b the header's parameter names in order, so that a wrapper calling another function or
+        passing two arguments of one type in each other's place does not pass. A ccall that is not
+        a wrapper's whole body passes callbacks as `X[]` from a `const X = Ref{typedef}(...)`."""
+        where = (call.path, call.line)
+        c_names = [p[1] or f"<parameter {k}>" for k, p in enumerate(params, start=1)]
+        if call.wrapper is None:
+            if call.spec.startswith("@sym"):
+                self.error(
+                    *where,
+                    f"{name}: a ccall through @sym is the whole body of its wrapper, "
+                    f"`{name}({', '.join(c_names)}) = ccall(...)`",
+                )
+            for k, ((ctype, _, _), value) in enumerate(zip(params, values), start=1):
+                if strip_const(ctype) in self.h.callbacks:
+                    self.check_callback_value(
+                        where, f"{name}: argument {k} ({c_names[k - 1]})", value, strip_const(ctype)
+                    )
+            return
+        wrapper, wrapper_params = call.wrapper
+        if wrapper != name:
+            self.error(*where, f"the wrapper {wrapper} calls {name}: name it {name}, after the function it calls")
+        if wrapper_params != c_names:
+            self.error(
+                *where,
+                f"{name}: the wrapper takes ({', '.join(wrapper_params)}); "
+                f"write the header's parameters, ({', '.join(c_names)})",
+            )
+        if [" ".join(v.split()) for v in values] != c_names:
+            self.error(
+                *where,
+                f"{name}: the ccall passes ({', '.join(values)}); pass the header's parameters in their "
+                f"order, ({', '.join(c_names)})",
+            )
+        self.wrappers[name] = params
+
+    def check_callback_value(self, where, what, value, typedef):
+        """A value passed for a callback parameter: `X[]` for a `const X = Ref{typedef}(...)` that an
+        `X[] = @cfunction(...)` sets, so that the @cfunction checked against `typedef` is the one passed."""
+        m = re.fullmatch(r"(\w+)\s*\[\s*\]", " ".join(value.split()))
+        holder = self.pkg.consts.get(m.group(1)) if m else None
+        held = re.fullmatch(r"Ref\{(\w+)\}\(.*\)", holder.rhs) if holder else None
+        if not held:
+            self.error(
+                *where,
+                f"{what}: pass a {typedef} as `X[]`, for a `const X = Ref{{{typedef}}}(C_NULL)` that "
+                f"`X[] = @cfunction(...)` sets, not `{value}`",
+            )
+        elif held.group(1) != typedef:
+            self.error(
+                *where, f"{what}: {m.group(1)} holds a {held.group(1)}, but the header's parameter is a {typedef}"
+            )
+        elif m.group(1) not in self.cfunction_targets:
+            self.error(*where, f"{what}: no `{m.group(1)}[] = @cfunction(...)` sets {m.group(1)}")
+
+    def check_calls(self):
+        """Calls of the wrappers: a callback argument is `X[]` of the callback's own type."""
+        for call in self.pkg.calls:
+            params = self.wrappers.get(call.name)
+            if params is None:
+                continue
+            where = (call.path, call.line)
+            callbacks = [k for k, p in enumerate(params) if strip_const(p[0]) in self.h.callbacks]
+            if not callbacks:
+                continue
+            if len(call.args) != len(params) or any(a.endswith("...") for a in call.args):
+                self.error(
+                    *where,
+                    f"{call.name}: a call passes its {len(params)} arguments one by one, so that its "
+                    "callbacks can be checked",
+                )
+                continue
+            for k in callbacks:
+                ctype, pname, _ = params[k]
+                self.check_callback_value(
+                    where, f"{call.name}: argument {k + 1} ({pname})", call.args[k], strip_const(ctype)
+                )
 
     def check_signature(self, where, name, target, c_result, params, result, types):
         """Per-argument checks of a Julia signature against a C one. `target` is the C expression
@@ -710,9 +858,11 @@ class Checker:
         if len(cf.args) != 3 or not (cf.args[2].startswith("(") and cf.args[2].endswith(")")):
             self.error(*where, f"{typedef}: write @cfunction(f, Result, (Types...))")
             return
-        types = split_top(cf.args[2][1:-1])
-        if types and types[-1] == "":
-            types.pop()
+        try:
+            types = tuple_items(cf.args[2])
+        except CheckError as e:
+            self.error(*where, f"{typedef}: {e}")
+            return
         c_result, params = self.h.callbacks[typedef]
         self.counts["callbacks"] += 1
         if len(types) != len(params):
@@ -845,14 +995,35 @@ class Checker:
         )
 
     def check_constant(self, name, d):
+        """The value, and the type: a macro's size and signedness are the Julia type's (C compares
+        `UINT64_MAX - 1` equal to `-2` once converted); an enum value is an `int` in C, which the
+        signatures carry as a 32-bit integer of the signedness they need."""
         where = (d.path, d.line)
         self.counts["constants"] += 1
         try:
-            value = julia_integer(d.rhs)
+            value, declared = julia_integer(d.rhs)
         except CheckError as e:
             self.error(*where, f"{name}: {e}")
             return
-        c_name = f"(uintptr_t)({name})" if self.h.is_pointer_macro(name) else f"({name})"
+        size, signed = INT_TYPES[declared]
+        if name in self.h.macros:
+            c_name = f"((uintptr_t)({name}))" if self.h.is_pointer_macro(name) else f"({name})"
+            self.emit(
+                f"_Static_assert(sizeof{c_name} == {size} && "
+                f"(((__typeof__{c_name})-1 < (__typeof__{c_name})0) == {int(signed)}), \"{name}\");",
+                where,
+                f"{name} is `{declared}` here ({size} bytes, {'signed' if signed else 'unsigned'}), "
+                "not the size and signedness of the header's",
+                compiler=False,
+            )
+        else:
+            c_name = f"({name})"
+            if size != 4:
+                self.error(
+                    *where,
+                    f"{name} is `{declared}` here, but an enum value of the headers: write Int32(...) or "
+                    "UInt32(...), as the signatures that take it",
+                )
         if value < 0:
             literal = f"(-{-value}LL)"
         elif value > 2**63 - 1:
@@ -882,12 +1053,15 @@ class Checker:
                 self.check_alias(name, d)
         for call in self.pkg.ccalls:
             self.check_ccall(call)
+        self.check_calls()
         for cf in self.pkg.cfunctions:
             self.check_cfunction(cf)
 
 
 def julia_integer(rhs):
-    """The value of a constant written as a literal, or T(literal) for an integer type T."""
+    """The value and Julia type of a constant written as a literal, or T(literal) for an integer
+    type T: an unsuffixed decimal literal is an Int64, a hexadecimal, octal or binary one the
+    smallest unsigned type that holds its digits, as in Julia."""
     text = " ".join(rhs.split())
     m = re.fullmatch(r"(\w+)\s*\(\s*(.*?)\s*\)", text)
     declared = None
@@ -908,10 +1082,12 @@ def julia_integer(rhs):
     else:
         value = int(m.group(1) + digits)
         declared = declared or "Int64"
-    low, high = INT_RANGES.get(declared, (-(2**127), 2**128 - 1))
+    if declared not in INT_RANGES:
+        raise CheckError(f"{rhs!r} is a {declared}, which no C constant of gpumem's is")
+    low, high = INT_RANGES[declared]
     if not low <= value <= high:
         raise CheckError(f"{rhs!r}: {value} does not fit in {declared}")
-    return value
+    return value, declared
 
 
 def compile_checks(checker, cc, include_dirs, keep):

@@ -13,6 +13,10 @@ import tempfile
 import textwrap
 import unittest
 
+sys.dont_write_bytecode = True
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import check_ccalls  # noqa: E402
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 CHECKER = HERE / "check_ccalls.py"
@@ -88,16 +92,32 @@ class CheckerTest(unittest.TestCase):
         self.assertGreater(int(counts.group(2)), 0)
         self.assertGreater(int(counts.group(3)), 0)
 
+    def test_require_all_reports_an_exported_function_that_no_ccall_calls(self):
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        src = pathlib.Path(tmp.name, "GPUMem", "src")
+        src.mkdir(parents=True)
+        (src / "snippet.jl").write_text(
+            PRELUDE
+            + "gpumem_version_number() = ccall(@sym(:gpumem_version_number), UInt32, ())\n"
+        )
+        status, output = run_checker("--package", str(src.parent), cwd=tmp.name)
+        self.assertEqual(status, 0, output)
+        status, output = run_checker("--require-all", "--package", str(src.parent), cwd=tmp.name)
+        self.assertEqual(status, 1, output)
+        self.assertRegex(output, r"gpumem\.map:\d+: gpumem_alloc is exported, but no ccall in the package calls it")
+        self.assertNotIn("gpumem_version_number is exported", output)
+
     def test_a_correct_call_passes(self):
         output = self.assertPasses(
             """\
-            gpumem_alloc(a, size, stream, out) = ccall(@sym(:gpumem_alloc), gpumem_status_t,
-                (Ptr{gpumem_allocator_t}, Csize_t, gpumem_stream_t, Ptr{Ptr{Cvoid}}), a, size, stream, out)
+            gpumem_alloc(allocator, size, stream, out_ptr) = ccall(@sym(:gpumem_alloc), gpumem_status_t,
+                (Ptr{gpumem_allocator_t}, Csize_t, gpumem_stream_t, Ptr{Ptr{Cvoid}}), allocator, size, stream, out_ptr)
             # Julia has no const: Ptr{Cvoid} passes a const void*, Cstring a const char*.
-            gpumem_copy(d, s, n) =
-                ccall(@sym(:gpumem_copy), gpumem_status_t, (Ptr{Cvoid}, Ptr{Cvoid}, Csize_t), d, s, n)
-            gpumem_pool_snapshot_json(p, path) =
-                ccall(@sym(:gpumem_pool_snapshot_json), gpumem_status_t, (Ptr{gpumem_allocator_t}, Cstring), p, path)
+            gpumem_copy(dst, src, size) =
+                ccall(@sym(:gpumem_copy), gpumem_status_t, (Ptr{Cvoid}, Ptr{Cvoid}, Csize_t), dst, src, size)
+            gpumem_pool_snapshot_json(pool, path) =
+                ccall(@sym(:gpumem_pool_snapshot_json), gpumem_status_t, (Ptr{gpumem_allocator_t}, Cstring), pool, path)
             """
         )
         self.assertIn("3 ccalls checked, 0 structs, 0 constants", output)
@@ -105,16 +125,17 @@ class CheckerTest(unittest.TestCase):
     def test_wrong_argument_count(self):
         self.assertFails(
             """\
-            gpumem_free(a, p) = ccall(@sym(:gpumem_free), gpumem_status_t, (Ptr{gpumem_allocator_t}, Ptr{Cvoid}), a, p)
+            gpumem_free(allocator, ptr) =
+                ccall(@sym(:gpumem_free), gpumem_status_t, (Ptr{gpumem_allocator_t}, Ptr{Cvoid}), allocator, ptr)
             """,
-            0,
+            1,
             "gpumem_free takes 3 arguments in its header, but the ccall gives 2 argument types",
         )
 
     def test_values_that_do_not_match_the_types(self):
         self.assertFails(
             """\
-            gpumem_host_free(p) = ccall(@sym(:gpumem_host_free), gpumem_status_t, (Ptr{Cvoid},), p, p)
+            gpumem_host_free(ptr) = ccall(@sym(:gpumem_host_free), gpumem_status_t, (Ptr{Cvoid},), ptr, ptr)
             """,
             0,
             "gpumem_host_free: the ccall gives 1 argument types but passes 2 values",
@@ -124,8 +145,8 @@ class CheckerTest(unittest.TestCase):
         self.assertFails(
             """\
             # size is a size_t, not an int
-            gpumem_alloc(a, size, stream, out) = ccall(@sym(:gpumem_alloc), gpumem_status_t,
-                (Ptr{gpumem_allocator_t}, Cint, gpumem_stream_t, Ptr{Ptr{Cvoid}}), a, size, stream, out)
+            gpumem_alloc(allocator, size, stream, out_ptr) = ccall(@sym(:gpumem_alloc), gpumem_status_t,
+                (Ptr{gpumem_allocator_t}, Cint, gpumem_stream_t, Ptr{Ptr{Cvoid}}), allocator, size, stream, out_ptr)
             """,
             1,
             "gpumem_alloc: argument 2 (size): the Julia type is `int`, the header's is `size_t`",
@@ -134,8 +155,8 @@ class CheckerTest(unittest.TestCase):
     def test_wrong_pointee_type(self):
         self.assertFails(
             """\
-            gpumem_alloc(a, size, stream, out) = ccall(@sym(:gpumem_alloc), gpumem_status_t,
-                (Ptr{Cvoid}, Csize_t, gpumem_stream_t, Ptr{Ptr{Cvoid}}), a, size, stream, out)
+            gpumem_alloc(allocator, size, stream, out_ptr) = ccall(@sym(:gpumem_alloc), gpumem_status_t,
+                (Ptr{Cvoid}, Csize_t, gpumem_stream_t, Ptr{Ptr{Cvoid}}), allocator, size, stream, out_ptr)
             """,
             0,
             "gpumem_alloc: argument 1 (allocator): the Julia type is `void *`, the header's is `gpumem_allocator_t *`",
@@ -144,10 +165,10 @@ class CheckerTest(unittest.TestCase):
     def test_unsigned_char_is_not_char(self):
         self.assertFails(
             """\
-            gpumem_pool_snapshot_json(p, path) =
-                ccall(@sym(:gpumem_pool_snapshot_json), gpumem_status_t, (Ptr{gpumem_allocator_t}, Ptr{UInt8}), p, path)
+            gpumem_pool_snapshot_json(pool, path) = ccall(@sym(:gpumem_pool_snapshot_json), gpumem_status_t,
+                (Ptr{gpumem_allocator_t}, Ptr{UInt8}), pool, path)
             """,
-            1,
+            0,
             "gpumem_pool_snapshot_json: argument 2 (path): the Julia type is `uint8_t *`, "
             "the header's is `const char *`",
         )
@@ -164,8 +185,8 @@ class CheckerTest(unittest.TestCase):
     def test_a_result_where_the_function_returns_nothing(self):
         self.assertFails(
             """\
-            gpumem_torch_free(p, n, d, s) = ccall(@sym(:gpumem_torch_free), gpumem_status_t,
-                (Ptr{Cvoid}, Cptrdiff_t, Int32, gpumem_stream_t), p, n, d, s)
+            gpumem_torch_free(ptr, size, device, stream) = ccall(@sym(:gpumem_torch_free), gpumem_status_t,
+                (Ptr{Cvoid}, Cptrdiff_t, Int32, gpumem_stream_t), ptr, size, device, stream)
             """,
             0,
             "gpumem_torch_free: the result is `void` in the header, but `gpumem_status_t` here",
@@ -174,8 +195,8 @@ class CheckerTest(unittest.TestCase):
     def test_unknown_symbol(self):
         self.assertFails(
             """\
-            gpumem_allocate(a, n) =
-                ccall(@sym(:gpumem_allocate), gpumem_status_t, (Ptr{gpumem_allocator_t}, Csize_t), a, n)
+            gpumem_allocate(allocator, size) =
+                ccall(@sym(:gpumem_allocate), gpumem_status_t, (Ptr{gpumem_allocator_t}, Csize_t), allocator, size)
             """,
             1,
             "gpumem_allocate is not exported by libgpumem",
@@ -184,7 +205,7 @@ class CheckerTest(unittest.TestCase):
     def test_calls_by_string_name_and_to_other_libraries(self):
         output = self.assertPasses(
             """\
-            gpumem_host_free(p) = ccall(("gpumem_host_free", "libgpumem.so.0"), gpumem_status_t, (Ptr{Cvoid},), p)
+            gpumem_host_free(ptr) = ccall(("gpumem_host_free", "libgpumem.so.0"), gpumem_status_t, (Ptr{Cvoid},), ptr)
             c_length(s) = ccall("strlen", Csize_t, (Cstring,), s)
             """
         )
@@ -202,7 +223,7 @@ class CheckerTest(unittest.TestCase):
     def test_a_type_without_a_c_equivalent(self):
         self.assertFails(
             """\
-            gpumem_host_free(p) = ccall(@sym(:gpumem_host_free), gpumem_status_t, (Any,), p)
+            gpumem_host_free(ptr) = ccall(@sym(:gpumem_host_free), gpumem_status_t, (Any,), ptr)
             """,
             0,
             "gpumem_host_free: argument 1 (ptr): the Julia type Any has no C equivalent",
@@ -346,6 +367,169 @@ class CheckerTest(unittest.TestCase):
             1,
             "@cfunction is not checked unless stored as",
         )
+
+    def test_a_one_type_tuple_needs_its_comma(self):
+        self.assertFails(
+            """\
+            gpumem_host_free(ptr) = ccall(@sym(:gpumem_host_free), gpumem_status_t, (Ptr{Cvoid}), ptr)
+            """,
+            0,
+            "gpumem_host_free: `(Ptr{Cvoid})` is not a tuple: write `(Ptr{Cvoid},)`",
+        )
+        self.assertFails(
+            """\
+            reclaim(device::Int32, size::Csize_t, data::Ptr{Cvoid}) = nothing
+            const RECLAIM = Ref{gpumem_reclaim_fn}(C_NULL)
+            init() = (RECLAIM[] = @cfunction(reclaim, Cvoid, (Int32)); nothing)
+            """,
+            2,
+            "gpumem_reclaim_fn: `(Int32)` is not a tuple: write `(Int32,)`",
+        )
+
+    def test_a_ref_result_is_refused(self):
+        self.assertFails(
+            """\
+            gpumem_version_string() = ccall(@sym(:gpumem_version_string), Ref{Cchar}, ())
+            """,
+            0,
+            "gpumem_version_string: the result is `Ref{Cchar}`, which Julia refuses for a ccall: write Ptr",
+        )
+
+    def test_a_wrapper_calls_the_function_it_is_named_after(self):
+        self.assertFails(
+            """\
+            gpumem_device_free(ptr) = ccall(@sym(:gpumem_host_free), gpumem_status_t, (Ptr{Cvoid},), ptr)
+            """,
+            0,
+            "the wrapper gpumem_device_free calls gpumem_host_free: name it gpumem_host_free",
+        )
+
+    def test_a_wrapper_passes_the_header_parameters_in_order(self):
+        # dst and src have one Julia type: only their names tell them apart.
+        self.assertFails(
+            """\
+            gpumem_copy(dst, src, size) =
+                ccall(@sym(:gpumem_copy), gpumem_status_t, (Ptr{Cvoid}, Ptr{Cvoid}, Csize_t), src, dst, size)
+            """,
+            1,
+            "gpumem_copy: the ccall passes (src, dst, size); pass the header's parameters in their order, "
+            "(dst, src, size)",
+        )
+        self.assertFails(
+            """\
+            gpumem_copy(src, dst, size) =
+                ccall(@sym(:gpumem_copy), gpumem_status_t, (Ptr{Cvoid}, Ptr{Cvoid}, Csize_t), dst, src, size)
+            """,
+            1,
+            "gpumem_copy: the wrapper takes (src, dst, size); write the header's parameters, (dst, src, size)",
+        )
+
+    def test_a_ccall_through_sym_is_a_wrapper(self):
+        self.assertFails(
+            """\
+            cuda_result() = 1 + ccall(@sym(:gpumem_last_cuda_result), Int32, ())
+            """,
+            0,
+            "gpumem_last_cuda_result: a ccall through @sym is the whole body of its wrapper, "
+            "`gpumem_last_cuda_result() = ccall(...)`",
+        )
+
+    CALLBACKS = textwrap.dedent(
+        """\
+        const gpumem_hook_fn = Ptr{Cvoid}
+        const gpumem_block_fn = Ptr{Cvoid}
+        gpumem_pool_snapshot(pool, fn, user_data) =
+            ccall(@sym(:gpumem_pool_snapshot), gpumem_status_t, (Ptr{gpumem_allocator_t}, gpumem_block_fn, Ptr{Cvoid}),
+                  pool, fn, user_data)
+        hook(info::Ptr{gpumem_hook_info_t}, data::Ptr{Cvoid}) = nothing
+        block(info::Ptr{gpumem_block_info_t}, data::Ptr{Cvoid}) = nothing
+        struct gpumem_hook_info_t
+            struct_size::Csize_t
+        end
+        struct gpumem_block_info_t
+            struct_size::Csize_t
+        end
+        const HOOK_FN = Ref{gpumem_hook_fn}(C_NULL)
+        const BLOCK_FN = Ref{gpumem_block_fn}(C_NULL)
+        const UNSET_FN = Ref{gpumem_block_fn}(C_NULL)
+        init() = (HOOK_FN[] = @cfunction(hook, Cvoid, (Ptr{gpumem_hook_info_t}, Ptr{Cvoid})); nothing)
+        init2() = (BLOCK_FN[] = @cfunction(block, Cvoid, (Ptr{gpumem_block_info_t}, Ptr{Cvoid})); nothing)
+        """
+    )
+
+    def test_a_callback_argument_is_one_of_its_type(self):
+        status, output, path, first = self.check_snippet(
+            "snapshot(p) = gpumem_pool_snapshot(p, BLOCK_FN[], C_NULL)\n", prelude=PRELUDE + self.CALLBACKS
+        )
+        self.assertNotIn("gpumem_pool_snapshot: argument 2", output)
+        self.assertFails(
+            """\
+            snapshot(p) = gpumem_pool_snapshot(p, HOOK_FN[], C_NULL)
+            """,
+            0,
+            "gpumem_pool_snapshot: argument 2 (fn): HOOK_FN holds a gpumem_hook_fn, but the header's parameter "
+            "is a gpumem_block_fn",
+            prelude=PRELUDE + self.CALLBACKS,
+        )
+        self.assertFails(
+            """\
+            snapshot(p, f) = GPUMem.gpumem_pool_snapshot(p, f, C_NULL)
+            """,
+            0,
+            "gpumem_pool_snapshot: argument 2 (fn): pass a gpumem_block_fn as `X[]`",
+            prelude=PRELUDE + self.CALLBACKS,
+        )
+        self.assertFails(
+            """\
+            snapshot(p) = gpumem_pool_snapshot(p, UNSET_FN[], C_NULL)
+            """,
+            0,
+            "gpumem_pool_snapshot: argument 2 (fn): no `UNSET_FN[] = @cfunction(...)` sets UNSET_FN",
+            prelude=PRELUDE + self.CALLBACKS,
+        )
+
+    def test_a_constant_has_the_headers_type(self):
+        # C compares UINT64_MAX - 1 equal to -2 once converted: the type tells them apart.
+        self.assertFails(
+            """\
+            const GPUMEM_CUDA_POOL_KEEP_THRESHOLD = -2
+            """,
+            0,
+            "GPUMEM_CUDA_POOL_KEEP_THRESHOLD is `Int64` here (8 bytes, signed), not the size and signedness "
+            "of the header's",
+        )
+        self.assertFails(
+            """\
+            const GPUMEM_COPY_STAGING_LIMIT = UInt32(33554432)
+            """,
+            0,
+            "GPUMEM_COPY_STAGING_LIMIT is `UInt32` here (4 bytes, unsigned)",
+        )
+        self.assertFails(
+            """\
+            const GPUMEM_HOOK_ALL = UInt64(0x3f)
+            """,
+            0,
+            "GPUMEM_HOOK_ALL is `UInt64` here, but an enum value of the headers",
+        )
+        self.assertPasses(
+            """\
+            const GPUMEM_HOOK_ALL = UInt32(0x3f)
+            const GPUMEM_ERROR_OUT_OF_MEMORY = Int32(-2)
+            const GPUMEM_COPY_STAGING_LIMIT = UInt64(33554432)
+            """
+        )
+
+    def test_function_like_macros_are_not_read_as_constants(self):
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        headers = pathlib.Path(tmp.name, "gpumem")
+        headers.mkdir()
+        (headers / "gpumem_version.h").write_text("#define GPUMEM_VERSION_MAJOR 0\n")
+        (headers / "core.h").write_text("#define GPUMEM_TWICE(x) ((x) * 2)\n#define GPUMEM_ONE 1\n")
+        macros = check_ccalls.Headers([tmp.name]).macros
+        self.assertEqual(macros.get("GPUMEM_ONE"), "1")
+        self.assertFalse([name for name in macros if name.startswith("GPUMEM_TWIC")], macros)
 
     def test_macro_ccall_is_refused(self):
         self.assertFails(

@@ -17,7 +17,8 @@ made of Julia functions. Make one with [`host_allocator`](@ref), [`device_alloca
 Julia never destroys.
 
 An allocator that Julia owns is destroyed once it is unreachable and its buffers and the pools
-over it are gone, or by `close`. Buffers keep their allocator alive, and a pool its upstream.
+over it are gone, or by `close`; `isopen(a)` says whether it is still usable. Buffers keep their
+allocator alive, and a pool its upstream.
 
 Thread-safe: any thread, concurrently, including on the same handle; but `close` is per handle:
 concurrent calls on different handles; one handle is serialized by the caller.
@@ -27,26 +28,40 @@ mutable struct Allocator
     owned::Bool
     upstream::Union{Allocator,Nothing}
     refs::Threads.Atomic{Int}
-    closed::Bool
-    # Julia objects whose addresses the library holds (hooks, a function allocator's state): a
-    # call in progress on another thread may still use one after its removal, so they stay.
-    callbacks::Vector{Any}
-    callback_errors::Vector{Any}
-    callbacks_lock::ReentrantLock
+    # The frees of its buffers in progress, with CLOSING and CLOSED above the count: a finalizer
+    # may free a buffer on another thread while `close(a; force = true)` frees everything, and
+    # the library serializes nothing between the two.
+    state::Threads.Atomic{Int}
 
     function Allocator(handle::Ptr{gpumem_allocator_t}; owned::Bool = true,
-                       upstream::Union{Allocator,Nothing} = nothing, callbacks::Vector{Any} = Any[])
-        a = new(handle, owned, upstream, Threads.Atomic{Int}(1), false, callbacks, Any[], ReentrantLock())
-        owned && finalizer(finalize_allocator, a)
+                       upstream::Union{Allocator,Nothing} = nothing)
+        a = new(handle, owned, upstream, Threads.Atomic{Int}(1), Threads.Atomic{Int}(0))
+        if owned
+            # A new handle: what was kept under its address belonged to an allocator destroyed elsewhere.
+            forget_handle!(UInt(handle))
+            finalizer(finalize_allocator, a)
+        end
         return a
     end
 end
 
+const CLOSING = 1 << 40
+const CLOSED = 1 << 41
+const FREES = CLOSING - 1
+
 # Passing the Allocator itself to a ccall keeps it rooted, so no finalizer destroys it mid-call.
 Base.unsafe_convert(::Type{Ptr{gpumem_allocator_t}}, a::Allocator) = a.handle
 
+"""
+    isopen(a::Allocator)
+
+Whether an allocator can still be used: `false` once `close` (or its finalizer) destroyed it.
+A borrowed allocator is always open.
+"""
+Base.isopen(a::Allocator) = (a.state[] & CLOSED) == 0
+
 function Base.show(io::IO, a::Allocator)
-    state = a.closed ? "closed" : a.owned ? "owned" : "borrowed"
+    state = !isopen(a) ? "closed" : a.owned ? "owned" : "borrowed"
     print(io, "GPUMem.Allocator(", a.handle, ", ", state, ")")
 end
 
@@ -57,21 +72,23 @@ function drop!(a::Allocator)
     return nothing
 end
 
-finalize_allocator(a::Allocator) = a.closed ? nothing : drop!(a)
+finalize_allocator(a::Allocator) = isopen(a) ? drop!(a) : nothing
 
-# From finalizers: nothing may throw. A refusal leaves the allocator to the library, which is
-# only memory lost; its upstream then stays needed.
+# From finalizers, once nothing needs the allocator: nothing may throw. A refusal leaves the
+# allocator to the library, which is only memory lost; its upstream, and the Julia functions
+# the library may still call for it, then stay.
 function destroy_unchecked(a::Allocator)
-    (a.owned && !a.closed) || return nothing
-    a.closed = true
-    if gpumem_allocator_destroy(a) == GPUMEM_SUCCESS && a.upstream !== nothing
-        drop!(a.upstream)
+    a.owned || return nothing
+    Threads.atomic_cas!(a.state, 0, CLOSED) == 0 || return nothing
+    if gpumem_allocator_destroy(a) == GPUMEM_SUCCESS
+        forget_handle!(UInt(a.handle))
+        a.upstream === nothing || drop!(a.upstream)
     end
     return nothing
 end
 
 function ensure_open(a::Allocator)
-    a.closed && throw(ArgumentError("$a is closed"))
+    isopen(a) || throw(ArgumentError("$a is closed"))
     return a
 end
 
@@ -81,34 +98,53 @@ end
 Destroys an allocator now. Throws `GPUMemError` with `GPUMEM_ERROR_BUSY` while it has live
 buffers, a pool is built on it, or it is a default; with `force = true` live buffers are freed
 with it (their pointers become invalid, and their `free` does nothing). Closing a closed or
-borrowed allocator does nothing.
+borrowed allocator does nothing. A buffer that a finalizer frees on another thread meanwhile is
+freed before the allocator is destroyed, or not at all.
 """
 function Base.close(a::Allocator; force::Bool = false)
-    (a.owned && !a.closed) || return nothing
-    check(force ? gpumem_allocator_destroy_force(a) : gpumem_allocator_destroy(a))
-    a.closed = true
+    a.owned || return nothing
+    while true
+        s = a.state[]
+        (s & (CLOSING | CLOSED)) == 0 || return nothing
+        Threads.atomic_cas!(a.state, s, s | CLOSING) == s && break
+    end
+    destroyed = false
+    # A finalizer run on this thread while it waits could be a free of this allocator, which
+    # would wait for this close in turn.
+    enable_finalizers(false)
+    try
+        while (a.state[] & FREES) != 0
+            GC.safepoint()
+        end
+        check(force ? gpumem_allocator_destroy_force(a) : gpumem_allocator_destroy(a))
+        destroyed = true
+    finally
+        destroyed ? Threads.atomic_xchg!(a.state, CLOSED) : Threads.atomic_and!(a.state, ~CLOSING)
+        enable_finalizers(true)
+    end
+    forget_handle!(UInt(a.handle))
     Threads.atomic_sub!(a.refs, 1)
     a.upstream === nothing || drop!(a.upstream)
     return nothing
 end
 
-"""
-    callback_errors(a::Allocator)
-
-The exceptions thrown by Julia functions that the library called for this allocator (its hooks,
-the functions of a [`function_allocator`](@ref)): they cannot unwind through C, so they are kept
-here, oldest first.
-"""
-callback_errors(a::Allocator) = lock(() -> copy(a.callback_errors), a.callbacks_lock)
-
-function keep_error!(a::Allocator, err)
-    lock(a.callbacks_lock)
-    try
-        push!(a.callback_errors, err)
-    finally
-        unlock(a.callbacks_lock)
+# Frees memory of `a` unless `close(a; force = true)` freed it with the allocator, waiting while
+# such a close is in progress.
+function free_to(a::Allocator, ptr::Ptr{Cvoid}, stream::gpumem_stream_t)
+    while true
+        s = a.state[]
+        (s & CLOSED) == 0 || return GPUMEM_SUCCESS
+        if (s & CLOSING) == 0
+            Threads.atomic_cas!(a.state, s, s + 1) == s && break
+        else
+            GC.safepoint()
+        end
     end
-    return nothing
+    try
+        return gpumem_free(a, ptr, stream)
+    finally
+        Threads.atomic_sub!(a.state, 1)
+    end
 end
 
 ## Streams
@@ -159,7 +195,13 @@ end
 
 Base.pointer(buf::Buffer) = buf.ptr
 Base.sizeof(buf::Buffer) = buf.bytes
-Base.unsafe_convert(::Type{Ptr{Cvoid}}, buf::Buffer) = buf.ptr
+
+# Memory freed with its allocator by `close(a; force = true)` is as gone as memory freed by `free`.
+isfreed(buf::Buffer) = buf.freed || (buf.kind === :allocator && !isopen(buf.allocator::Allocator))
+
+address(buf::Buffer) = isfreed(buf) ? throw(ArgumentError("$buf is freed")) : buf.ptr
+
+Base.unsafe_convert(::Type{Ptr{Cvoid}}, buf::Buffer) = address(buf)
 
 function Base.show(io::IO, buf::Buffer)
     print(io, "GPUMem.Buffer(", buf.ptr, ", ", buf.bytes, " bytes, ", buf.kind, buf.freed ? ", freed)" : ")")
@@ -168,10 +210,7 @@ end
 function free_status(buf::Buffer, stream::gpumem_stream_t)
     kind = buf.kind
     if kind === :allocator
-        a = buf.allocator::Allocator
-        # Closed with force = true, which freed this memory with the allocator.
-        a.closed && return GPUMEM_SUCCESS
-        return gpumem_free(a, buf.ptr, stream)
+        return free_to(buf.allocator::Allocator, buf.ptr, stream)
     elseif kind === :device
         return gpumem_device_free(buf.ptr)
     elseif kind === :device_async
@@ -290,9 +329,8 @@ An allocator of device memory mapped into reserved addresses (`cuMemCreate`, `cu
 [`pool`](@ref) over it grows its segments in place. 0 takes the library's defaults (docs/vm.md).
 """
 function vm_allocator(device::Integer = 0; range_size::Integer = 0, map_unit::Integer = 0)
-    params = Ref{gpumem_vm_params_t}()
-    check(gpumem_vm_params_init(params, sizeof(gpumem_vm_params_t)))
-    params[] = with_fields(params[]; device = device, range_size = range_size, map_unit = map_unit)
+    params = init_struct(gpumem_vm_params_init, gpumem_vm_params_t; device = device, range_size = range_size,
+                         map_unit = map_unit)
     return created(out -> gpumem_allocator_create_vm(params, out))
 end
 
@@ -306,10 +344,8 @@ one of at most `max_size` bytes (`GPUMEM_CUDA_POOL_NEW`), destroyed with the all
 """
 function cuda_pool_allocator(device::Integer = 0; source::Integer = GPUMEM_CUDA_POOL_CURRENT, pool::Ptr = C_NULL,
                              max_size::Integer = 0, release_threshold::Integer = GPUMEM_CUDA_POOL_KEEP_THRESHOLD)
-    params = Ref{gpumem_cuda_pool_params_t}()
-    check(gpumem_cuda_pool_params_init(params, sizeof(gpumem_cuda_pool_params_t)))
-    params[] = with_fields(params[]; device = device, source = source, pool = pool, max_size = max_size,
-                           release_threshold = release_threshold)
+    params = init_struct(gpumem_cuda_pool_params_init, gpumem_cuda_pool_params_t; device = device, source = source,
+                         pool = pool, max_size = max_size, release_threshold = release_threshold)
     return created(out -> gpumem_allocator_create_cuda_pool(params, out))
 end
 
@@ -323,9 +359,8 @@ device memory.
 """
 function pool(upstream::Allocator; limit::Integer = 0, limit_fraction::Real = 0.0)
     ensure_open(upstream)
-    params = Ref{gpumem_pool_params_t}()
-    check(gpumem_pool_params_init(params, sizeof(gpumem_pool_params_t)))
-    params[] = with_fields(params[]; upstream = upstream.handle, limit = limit, limit_fraction = limit_fraction)
+    params = init_struct(gpumem_pool_params_init, gpumem_pool_params_t; upstream = upstream.handle, limit = limit,
+                         limit_fraction = limit_fraction)
     out = Ref{Ptr{gpumem_allocator_t}}(C_NULL)
     GC.@preserve upstream check(gpumem_pool_create(params, out))
     retain!(upstream)
@@ -360,15 +395,9 @@ the device's pool ([`device_pool`](@ref)).
 function default_allocator(device::Integer = 0)
     out = Ref{Ptr{gpumem_allocator_t}}(C_NULL)
     check(gpumem_allocator_get_default(device, out))
-    lock(DEFAULTS_LOCK)
-    try
+    return lock(DEFAULTS_LOCK) do
         kept = get(DEFAULTS, Int(device), nothing)
-        if kept !== nothing && kept.handle == out[]
-            return kept
-        end
-        return Allocator(out[]; owned = false)
-    finally
-        unlock(DEFAULTS_LOCK)
+        kept !== nothing && kept.handle == out[] ? kept : Allocator(out[]; owned = false)
     end
 end
 
@@ -381,8 +410,7 @@ alive while it is the default.
 """
 function set_default_allocator!(device::Integer, a::Union{Allocator,Nothing})
     a === nothing || ensure_open(a)
-    lock(DEFAULTS_LOCK)
-    try
+    lock(DEFAULTS_LOCK) do
         if a === nothing
             check(gpumem_allocator_set_default(device, C_NULL))
             delete!(DEFAULTS, Int(device))
@@ -390,8 +418,6 @@ function set_default_allocator!(device::Integer, a::Union{Allocator,Nothing})
             check(gpumem_allocator_set_default(device, a))
             DEFAULTS[Int(device)] = a
         end
-    finally
-        unlock(DEFAULTS_LOCK)
     end
     return nothing
 end
@@ -492,11 +518,15 @@ stream_reuse!(pool::Allocator, reuse::Integer) =
     record_stream(pool::Allocator, buf::Buffer, stream)
 
 Marks a live buffer of `pool` as used on `stream` too (PyTorch's `record_stream`): once freed, it
-is handed out again only when the work queued on `stream` until then has ended.
+is handed out again only when the work queued on `stream` until then has ended. Throws
+`ArgumentError` for a freed buffer or one that is not from `pool`.
 """
 function record_stream(pool::Allocator, buf::Buffer, stream)
     ensure_open(pool)
-    return check(gpumem_pool_record_stream(pool, buf, stream_handle(stream)))
+    # By handle: device_pool(d) and default_allocator(d) give a new wrapper of the same pool each time.
+    (buf.kind === :allocator && (buf.allocator::Allocator).handle == pool.handle) ||
+        throw(ArgumentError("$buf is not from $pool"))
+    return GC.@preserve buf check(gpumem_pool_record_stream(pool, address(buf), stream_handle(stream)))
 end
 
 # Each block of a snapshot is pushed here by `snapshot_trampoline`.
@@ -505,12 +535,18 @@ mutable struct SnapshotState
     error::Any
 end
 
+# Called only during `gpumem_pool_snapshot`, which `snapshot` makes with `state` preserved: the
+# address of `state` can be the user_data.
 function snapshot_trampoline(block::Ptr{gpumem_block_info_t}, user_data::Ptr{Cvoid})
-    state = unsafe_pointer_to_objref(user_data)::SnapshotState
     try
-        push!(state.blocks, unsafe_load(block))
-    catch err
-        state.error = err
+        state = unsafe_pointer_to_objref(user_data)::SnapshotState
+        try
+            push!(state.blocks, unsafe_load(block))
+        catch err
+            state.error = err
+        end
+    catch
+        # Nothing may unwind into C.
     end
     return nothing
 end
@@ -613,6 +649,19 @@ end
 # The library calls them on the thread of the call they serve; Julia before 1.9 cannot run Julia
 # code on a thread it did not start, so only Julia threads may use allocators that call Julia.
 # The function pointers are made in `__init__`: addresses from precompilation would be stale.
+#
+# The library may call a hook or reclaim callback after its removal (a call in progress on
+# another thread, perhaps one that collects garbage in a reclaim callback meanwhile), so the
+# `user_data` it holds is never the address of a Julia object: it is a key of CALLBACKS, which
+# keeps each callback alive while it is added, or while its allocator lives, and a key no longer
+# there is a callback removed, which is not called. What callbacks throw is kept by allocator
+# handle, since `device_pool(d)` and `default_allocator(d)` give a new wrapper of one handle each time.
+#
+# Callbacks run inside finalizers too (a buffer's finalizer frees, which runs hooks; a pool
+# destroyed by its finalizer gives blocks back to a function allocator), where a task switch
+# throws. So they take only SpinLocks, which never yield, with this thread's finalizers held off
+# so that none re-enters a lock its thread holds; an error is kept only if its lock is free at
+# once, and counted as dropped otherwise. Nothing they throw may unwind into C.
 
 const HOOK_FN = Ref{gpumem_hook_fn}(C_NULL)
 const BLOCK_FN = Ref{gpumem_block_fn}(C_NULL)
@@ -630,25 +679,174 @@ function init_callbacks()
     return nothing
 end
 
+# `GC.enable_finalizers` is not in every Julia 1.6.
+@static if isdefined(GC, :enable_finalizers)
+    enable_finalizers(on::Bool) = GC.enable_finalizers(on)
+else
+    enable_finalizers(on::Bool) = ccall(:jl_gc_enable_finalizers, Cvoid, (Ptr{Cvoid}, Int32), Core.getptls(), on)
+end
+
+function locked(f, l::Threads.SpinLock)
+    enable_finalizers(false)
+    lock(l)
+    try
+        return f()
+    finally
+        unlock(l)
+        enable_finalizers(true)
+    end
+end
+
+const MAX_KEPT_ERRORS = 100
+
+# What the Julia functions of one allocator, or one reclaim callback, threw.
+struct CallbackErrors
+    errors::Vector{Any}
+    dropped::Threads.Atomic{Int}
+end
+
+CallbackErrors() = CallbackErrors(Any[], Threads.Atomic{Int}(0))
+
+# Every allocator handle with callbacks: the keys to drop when it is destroyed, and its errors.
+struct HandleCallbacks
+    keys::Vector{UInt}
+    errors::CallbackErrors
+end
+
+const CALLBACKS = Dict{UInt,Any}()
+const BY_HANDLE = Dict{UInt,HandleCallbacks}()
+const CALLBACKS_LOCK = Threads.SpinLock()
+const ERRORS_LOCK = Threads.SpinLock()
+const NEXT_KEY = Threads.Atomic{UInt}(1)
+
+user_data(key::UInt) = reinterpret(Ptr{Cvoid}, key)
+
+function register_callback!(entry)
+    key = Threads.atomic_add!(NEXT_KEY, UInt(1))
+    locked(() -> (CALLBACKS[key] = entry), CALLBACKS_LOCK)
+    return key
+end
+
+# Ties a registered callback to an allocator handle, to be dropped when it is destroyed, and
+# gives it the errors kept for that handle.
+function attach_callback!(entry, key::UInt, handle::UInt)
+    locked(CALLBACKS_LOCK) do
+        kept = get!(() -> HandleCallbacks(UInt[], CallbackErrors()), BY_HANDLE, handle)
+        push!(kept.keys, key)
+        entry.errors = kept.errors
+    end
+    return nothing
+end
+
+function unregister_callback!(key::UInt, handle::UInt = UInt(0))
+    locked(CALLBACKS_LOCK) do
+        delete!(CALLBACKS, key)
+        kept = get(BY_HANDLE, handle, nothing)
+        kept === nothing || filter!(k -> k != key, kept.keys)
+    end
+    return nothing
+end
+
+# An allocator destroyed: the library calls none of its callbacks any more.
+function forget_handle!(handle::UInt)
+    locked(CALLBACKS_LOCK) do
+        kept = pop!(BY_HANDLE, handle, nothing)
+        if kept !== nothing
+            for key in kept.keys
+                delete!(CALLBACKS, key)
+            end
+        end
+    end
+    return nothing
+end
+
+callback_entry(user_data::Ptr{Cvoid}) = locked(() -> get(CALLBACKS, UInt(user_data), nothing), CALLBACKS_LOCK)
+
+function keep_error!(kept::CallbackErrors, err)
+    done = false
+    try
+        enable_finalizers(false)
+        try
+            if trylock(ERRORS_LOCK)
+                try
+                    if length(kept.errors) < MAX_KEPT_ERRORS
+                        push!(kept.errors, err)
+                        done = true
+                    end
+                finally
+                    unlock(ERRORS_LOCK)
+                end
+            end
+        finally
+            enable_finalizers(true)
+        end
+    catch
+        # Not kept: counted below.
+    end
+    done || Threads.atomic_add!(kept.dropped, 1)
+    return nothing
+end
+
+keep_error!(::Nothing, err) = nothing
+
+kept_errors(kept::CallbackErrors) = locked(() -> copy(kept.errors), ERRORS_LOCK)
+
+handle_errors(a::Allocator) = locked(() -> get(BY_HANDLE, UInt(a.handle), nothing), CALLBACKS_LOCK)
+
+"""
+    callback_errors(a::Allocator)
+    callback_errors(reclaim::Reclaim)
+
+The exceptions thrown by the Julia functions that the library called for an allocator (its hooks,
+the functions of a [`function_allocator`](@ref)) or by a reclaim callback, oldest first: they
+cannot unwind through C, so they are kept, until the allocator is destroyed. At most
+$MAX_KEPT_ERRORS are kept; [`dropped_callback_errors`](@ref) counts the others. Every wrapper of
+one handle (`device_pool(0)`, say, each time) has the same errors.
+"""
+function callback_errors(a::Allocator)
+    kept = handle_errors(a)
+    return kept === nothing ? Any[] : kept_errors(kept.errors)
+end
+
+"""
+    dropped_callback_errors(a::Allocator)
+    dropped_callback_errors(reclaim::Reclaim)
+
+How many exceptions thrown by the Julia functions called for an allocator, or by a reclaim
+callback, were not kept in [`callback_errors`](@ref): those beyond the first $MAX_KEPT_ERRORS,
+and those thrown while another thread was reading or keeping errors.
+"""
+function dropped_callback_errors(a::Allocator)
+    kept = handle_errors(a)
+    return kept === nothing ? 0 : kept.errors.dropped[]
+end
+
 ## Hooks
 
 """
     Hook
 
-A hook added by [`add_hook`](@ref); [`remove_hook`](@ref) removes it.
+A hook added by [`add_hook`](@ref); [`remove_hook`](@ref) removes it. It need not be kept: the
+hook runs until it is removed or its allocator is destroyed.
 """
 mutable struct Hook
     allocator::Allocator
-    f::Any
+    key::UInt
     id::UInt64
 end
 
+mutable struct HookEntry
+    f::Any
+    errors::Union{CallbackErrors,Nothing}
+end
+
 function hook_trampoline(info::Ptr{gpumem_hook_info_t}, user_data::Ptr{Cvoid})
-    hook = unsafe_pointer_to_objref(user_data)::Hook
+    entry = nothing
     try
-        hook.f(unsafe_load(info))
+        entry = callback_entry(user_data)
+        entry isa HookEntry && entry.f(unsafe_load(info))
     catch err
-        keep_error!(hook.allocator, err)
+        entry isa HookEntry && keep_error!(entry.errors, err)
     end
     return nothing
 end
@@ -657,33 +855,37 @@ end
     add_hook(f, a::Allocator, events = GPUMEM_HOOK_ALL)
 
 Calls `f(info::gpumem_hook_info_t)` on the events of `events` (`GPUMEM_HOOK_*`, combined with `|`)
-of allocator `a`, on the thread of each call, with no gpumem lock held. `f` must not yield; what
-it throws is kept in [`callback_errors`](@ref). Returns a [`Hook`](@ref).
+of allocator `a`, on the thread of each call, with no gpumem lock held, until [`remove_hook`](@ref)
+or the allocator's destruction; a borrowed allocator's hooks stay after its wrapper is gone. `f`
+may run inside a finalizer (one that frees a buffer), so it must not yield: no I/O, no locks
+that wait, no `@sync`. What it throws is kept in [`callback_errors`](@ref). Returns a
+[`Hook`](@ref).
 """
 function add_hook(f, a::Allocator, events::Integer = GPUMEM_HOOK_ALL)
     ensure_open(a)
-    hook = Hook(a, f, UInt64(0))
-    lock(a.callbacks_lock)
-    try
-        push!(a.callbacks, hook)
-    finally
-        unlock(a.callbacks_lock)
-    end
+    entry = HookEntry(f, nothing)
+    key = register_callback!(entry)
+    attach_callback!(entry, key, UInt(a.handle))
     out = Ref{UInt64}(0)
-    check(gpumem_allocator_add_hook(a, events, HOOK_FN[], pointer_from_objref(hook), out))
-    hook.id = out[]
-    return hook
+    try
+        check(gpumem_allocator_add_hook(a, events, HOOK_FN[], user_data(key), out))
+    catch
+        unregister_callback!(key, UInt(a.handle))
+        rethrow()
+    end
+    return Hook(a, key, out[])
 end
 
 """
     remove_hook(hook::Hook)
 
-Removes a hook; removing it again does nothing. A call in progress on another thread may still
-run it once.
+Removes a hook; removing it again, or once its allocator is destroyed, does nothing. A call in
+progress on another thread may still run it once.
 """
 function remove_hook(hook::Hook)
     hook.id == 0 && return nothing
-    check(gpumem_allocator_remove_hook(hook.allocator, hook.id))
+    isopen(hook.allocator) && check(gpumem_allocator_remove_hook(hook.allocator, hook.id))
+    unregister_callback!(hook.key, UInt(hook.allocator.handle))
     hook.id = 0
     return nothing
 end
@@ -693,29 +895,23 @@ end
 """
     Reclaim
 
-A reclaim callback added by [`add_reclaim`](@ref); `errors` holds what its function threw.
+A reclaim callback added by [`add_reclaim`](@ref); [`callback_errors`](@ref) gives what its
+function threw.
 """
 mutable struct Reclaim
     f::Any
+    key::UInt
     id::UInt64
-    errors::Vector{Any}
+    errors::CallbackErrors
 end
 
-# Every callback ever added: a pool may call one once more after its removal.
-const RECLAIMS = Reclaim[]
-const RECLAIMS_LOCK = ReentrantLock()
-
 function reclaim_trampoline(device::Int32, size::Csize_t, user_data::Ptr{Cvoid})
-    reclaim = unsafe_pointer_to_objref(user_data)::Reclaim
+    entry = nothing
     try
-        reclaim.f(Int(device), Int(size))
+        entry = callback_entry(user_data)
+        entry isa Reclaim && entry.f(Int(device), Int(size))
     catch err
-        lock(RECLAIMS_LOCK)
-        try
-            push!(reclaim.errors, err)
-        finally
-            unlock(RECLAIMS_LOCK)
-        end
+        entry isa Reclaim && keep_error!(entry.errors, err)
     end
     return nothing
 end
@@ -725,18 +921,19 @@ end
 
 Calls `f(device, bytes)` when any pool runs out of memory, so that memory Julia still holds can be
 dropped (`add_reclaim((device, bytes) -> GC.gc())` frees unreachable buffers); the pool retries
-once all have run. Runs on the allocating thread; returns a [`Reclaim`](@ref).
+once all have run. Runs on the allocating thread, perhaps inside a finalizer, so `f` must not
+yield; what it throws is kept in [`callback_errors`](@ref). Returns a [`Reclaim`](@ref).
 """
 function add_reclaim(f)
-    reclaim = Reclaim(f, UInt64(0), Any[])
-    lock(RECLAIMS_LOCK)
-    try
-        push!(RECLAIMS, reclaim)
-    finally
-        unlock(RECLAIMS_LOCK)
-    end
+    reclaim = Reclaim(f, UInt(0), UInt64(0), CallbackErrors())
+    reclaim.key = register_callback!(reclaim)
     out = Ref{UInt64}(0)
-    check(gpumem_reclaim_add(RECLAIM_FN[], pointer_from_objref(reclaim), out))
+    try
+        check(gpumem_reclaim_add(RECLAIM_FN[], user_data(reclaim.key), out))
+    catch
+        unregister_callback!(reclaim.key)
+        rethrow()
+    end
     reclaim.id = out[]
     return reclaim
 end
@@ -744,48 +941,55 @@ end
 """
     remove_reclaim(reclaim::Reclaim)
 
-Removes a reclaim callback; removing it again does nothing.
+Removes a reclaim callback; removing it again does nothing. A pool running out of memory on
+another thread may still call it once.
 """
 function remove_reclaim(reclaim::Reclaim)
     reclaim.id == 0 && return nothing
     check(gpumem_reclaim_remove(reclaim.id))
+    unregister_callback!(reclaim.key)
     reclaim.id = 0
     return nothing
 end
+
+callback_errors(reclaim::Reclaim) = kept_errors(reclaim.errors)
+
+dropped_callback_errors(reclaim::Reclaim) = reclaim.errors.dropped[]
 
 ## Allocators made of Julia functions
 
 mutable struct FunctionState
     alloc::Any
     free::Any
-    allocator::Union{Allocator,Nothing}
-end
-
-function callback_failed(state::FunctionState, err)
-    state.allocator === nothing || keep_error!(state.allocator, err)
-    return GPUMEM_ERROR_INTERNAL
+    errors::Union{CallbackErrors,Nothing}
 end
 
 function alloc_trampoline(context::Ptr{Cvoid}, size::Csize_t, device::Int32, stream::gpumem_stream_t,
                           out_ptr::Ptr{Ptr{Cvoid}})
-    state = unsafe_pointer_to_objref(context)::FunctionState
+    state = nothing
     try
+        state = callback_entry(context)
+        state isa FunctionState || return GPUMEM_ERROR_INTERNAL
         ptr = convert(Ptr{Cvoid}, state.alloc(Int(size), Int(device), stream))
         ptr == C_NULL && return GPUMEM_ERROR_OUT_OF_MEMORY
         unsafe_store!(out_ptr, ptr)
         return GPUMEM_SUCCESS
     catch err
-        return callback_failed(state, err)
+        state isa FunctionState && keep_error!(state.errors, err)
+        return GPUMEM_ERROR_INTERNAL
     end
 end
 
 function free_trampoline(context::Ptr{Cvoid}, ptr::Ptr{Cvoid}, size::Csize_t, device::Int32, stream::gpumem_stream_t)
-    state = unsafe_pointer_to_objref(context)::FunctionState
+    state = nothing
     try
+        state = callback_entry(context)
+        state isa FunctionState || return GPUMEM_ERROR_INTERNAL
         state.free(ptr, Int(size), Int(device), stream)
         return GPUMEM_SUCCESS
     catch err
-        return callback_failed(state, err)
+        state isa FunctionState && keep_error!(state.errors, err)
+        return GPUMEM_ERROR_INTERNAL
     end
 end
 
@@ -795,17 +999,23 @@ end
 An allocator made of two Julia functions: `alloc(bytes, device, stream)` returns a `Ptr` to
 `bytes` bytes (`C_NULL`: out of memory, and a pool above releases cached memory and retries), and
 `free(ptr, bytes, device, stream)` takes it back. `device` is where the memory is, -1 for host
-memory. They run on the thread that allocates or frees, concurrently, and must not yield; what
+memory. They run on the thread that allocates or frees, concurrently, perhaps inside a finalizer
+(a pool over this allocator destroyed by its finalizer frees here), and must not yield; what
 they throw is kept in [`callback_errors`](@ref) and fails the call with `GPUMEM_ERROR_INTERNAL`.
 """
 function function_allocator(alloc, free; device::Integer = -1)
     state = FunctionState(alloc, free, nothing)
-    functions = gpumem_allocator_functions_t(sizeof(gpumem_allocator_functions_t), pointer_from_objref(state),
-                                             device, ALLOC_FN[], FREE_FN[], C_NULL, C_NULL, C_NULL, C_NULL, C_NULL,
-                                             0, 0)
+    key = register_callback!(state)
+    functions = c_struct(gpumem_allocator_functions_t; context = user_data(key), device = device,
+                         alloc = ALLOC_FN[], free = FREE_FN[])
     out = Ref{Ptr{gpumem_allocator_t}}(C_NULL)
-    GC.@preserve state check(gpumem_allocator_create_functions(functions, out))
-    a = Allocator(out[]; callbacks = Any[state])
-    state.allocator = a
+    try
+        check(gpumem_allocator_create_functions(functions, out))
+    catch
+        unregister_callback!(key)
+        rethrow()
+    end
+    a = Allocator(out[])
+    attach_callback!(state, key, UInt(a.handle))
     return a
 end

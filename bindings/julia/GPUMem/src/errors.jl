@@ -25,7 +25,7 @@ end
 """
     LibraryError(msg)
 
-libgpumem cannot be used: it was not found, is not libgpumem, is older than this package needs, or
+libgpumem cannot be used: it was not found, is not libgpumem, is not a version this package can use, or
 lacks a function. `msg` says what was tried.
 """
 struct LibraryError <: Exception

@@ -40,23 +40,19 @@ end
 
 The file of the libgpumem that is loaded, loading it if it is not yet: the one named by the
 environment variable `GPUMEM_LIBRARY`, else `libgpumem.so.0` from the dynamic loader's search.
-Throws [`LibraryError`](@ref) when it cannot be loaded or is older than 0.4.0.
+Throws [`LibraryError`](@ref) when it cannot be loaded or is not a version this package can use.
 """
 library_path() = Libdl.dlpath(library_handle())
 
+# A handle stored while precompiling is harmless: `__init__` clears it when the package loads.
 function library_handle()
     handle = LIBRARY_HANDLE[]
     handle == C_NULL || return handle
-    lock(LIBRARY_LOCK)
-    try
+    return lock(LIBRARY_LOCK) do
         if LIBRARY_HANDLE[] == C_NULL
-            handle = open_library()
-            generating_output() && return handle
-            LIBRARY_HANDLE[] = handle
+            LIBRARY_HANDLE[] = open_library()
         end
-        return LIBRARY_HANDLE[]
-    finally
-        unlock(LIBRARY_LOCK)
+        LIBRARY_HANDLE[]
     end
 end
 
@@ -74,7 +70,17 @@ function open_library()
         throw(LibraryError("cannot load libgpumem: tried $tried: $(sprint(showerror, err)); set " *
                            "GPUMEM_LIBRARY to the library's path, or put its directory on LD_LIBRARY_PATH"))
     end
-    # The version first: an older library may lack functions that later calls look up.
+    try
+        check_version(handle, tried)
+    catch
+        Libdl.dlclose(handle)
+        rethrow()
+    end
+    return handle
+end
+
+# The version first: a library of another version may lack functions that later calls look up.
+function check_version(handle::Ptr{Cvoid}, tried::AbstractString)
     has_version = try
         Libdl.dlsym(handle, :gpumem_version_number)
         true
@@ -82,12 +88,22 @@ function open_library()
         false
     end
     has_version || throw(LibraryError("$tried is not libgpumem: it has no gpumem_version_number"))
-    have = ccall(Libdl.dlsym(handle, :gpumem_version_number), UInt32, ())
-    if have < version_number(REQUIRED_VERSION)
-        throw(LibraryError("$tried is libgpumem $(version_from_number(have)), older than " *
-                           "$REQUIRED_VERSION, which this GPUMem package needs"))
+    have = version_from_number(ccall(Libdl.dlsym(handle, :gpumem_version_number), UInt32, ()))
+    if !compatible(have)
+        series = REQUIRED_VERSION.major == 0 ? "$(REQUIRED_VERSION.major).$(REQUIRED_VERSION.minor)" :
+                 "$(REQUIRED_VERSION.major).x"
+        throw(LibraryError("$tried is libgpumem $have; this GPUMem package needs $REQUIRED_VERSION or a later " *
+                           "$series release"))
     end
-    return handle
+    return nothing
+end
+
+# The same major version, not older; while the major version is 0 the ABI may change between
+# minor versions, so the same minor version too.
+function compatible(have::VersionNumber, need::VersionNumber = REQUIRED_VERSION)
+    have.major == need.major || return false
+    need.major == 0 && have.minor != need.minor && return false
+    return have >= need
 end
 
 @noinline function lookup(name::Symbol)
@@ -100,7 +116,6 @@ end
     end
 end
 
-version_number(v::VersionNumber) = UInt32(v.major * 10000 + v.minor * 100 + v.patch)
 version_from_number(n::Integer) = VersionNumber(div(n, 10000), rem(div(n, 100), 100), rem(n, 100))
 
 ## Constants (core.h and the enums of each header)
@@ -833,9 +848,28 @@ function out_struct(::Type{T}) where {T}
     return ref
 end
 
+# An input struct: the library's defaults from its `init` function (`gpumem_pool_params_init`,
+# ...), then the given fields, by name.
+function init_struct(init, ::Type{T}; fields...) where {T}
+    ref = Ref{T}()
+    check(init(ref, sizeof(T)))
+    ref[] = with_fields(ref[]; fields...)
+    return ref
+end
+
+# An input struct with no `init` function: zero but for `struct_size`, then the given fields, by name.
+function c_struct(::Type{T}; fields...) where {T}
+    bytes = zeros(UInt8, sizeof(T))
+    zeroed = GC.@preserve bytes unsafe_load(convert(Ptr{T}, pointer(bytes)))
+    return Ref(with_fields(zeroed; struct_size = sizeof(T), fields...))
+end
+
 # A copy of an immutable struct with some fields replaced, converted to the fields' types.
 function with_fields(x::T; fields...) where {T}
     given = values(fields)
+    for name in keys(given)
+        name in fieldnames(T) || throw(ArgumentError("$T has no field $name"))
+    end
     return T(ntuple(i -> haskey(given, fieldname(T, i)) ? getfield(given, fieldname(T, i)) : getfield(x, i),
                     fieldcount(T))...)
 end

@@ -4,7 +4,6 @@
 # Memory arguments are a Buffer, a Ptr (any address: device, managed or host), or an Array of
 # bits (host memory). Where the size of a side is known, a call that would run past it throws.
 
-address(buf::Buffer) = buf.freed ? throw(ArgumentError("$buf is freed")) : buf.ptr
 address(ptr::Ptr) = convert(Ptr{Cvoid}, ptr)
 function address(a::Array)
     isbitstype(eltype(a)) || throw(ArgumentError("an Array{$(eltype(a))} does not hold its elements inline"))
@@ -126,31 +125,45 @@ end
 ## Copies and memset
 
 """
-    unsafe_copyto!(dst, src, nbytes; stream = nothing)
+    unsafe_copyto!(dst, src, n; stream = nothing)
 
-Copies `nbytes` bytes from `src` to `dst`, at least one of them a [`Buffer`](@ref), the other a
+Copies `n` elements from `src` to `dst`, at least one of them a [`Buffer`](@ref), the other a
 `Buffer`, a `Ptr` or an `Array` of bits; either side may be device, managed, pinned, registered or
-plain host memory. Without `stream` the copy is done when the call returns (`cuMemcpy`); with a
-stream it is queued there (a copy with plain host memory still reads or writes that memory
-before returning). The ranges must not overlap. Returns `dst`.
+plain host memory. As with Base's and CUDA.jl's `unsafe_copyto!`, `n` counts elements of `T` when
+the other side is a `Ptr{T}` or an `Array{T}` (`length(a)` for a whole array, not `sizeof(a)`),
+and bytes between two `Buffer`s or with a `Ptr{Cvoid}`. Without `stream` the copy is done when
+the call returns (`cuMemcpy`); with a stream it is queued there (a copy with plain host memory
+still reads or writes that memory before returning). The ranges must not overlap. Returns `dst`.
 """
-Base.unsafe_copyto!(dst::Buffer, src::Buffer, nbytes::Integer; stream = nothing) = copy_bytes!(dst, src, nbytes, stream)
-Base.unsafe_copyto!(dst::Buffer, src::Union{Ptr,Array}, nbytes::Integer; stream = nothing) =
-    copy_bytes!(dst, src, nbytes, stream)
-Base.unsafe_copyto!(dst::Union{Ptr,Array}, src::Buffer, nbytes::Integer; stream = nothing) =
-    copy_bytes!(dst, src, nbytes, stream)
+Base.unsafe_copyto!(dst::Buffer, src::Buffer, n::Integer; stream = nothing) = copy_elements!(dst, src, n, stream)
+Base.unsafe_copyto!(dst::Buffer, src::Union{Ptr,Array}, n::Integer; stream = nothing) =
+    copy_elements!(dst, src, n, stream)
+Base.unsafe_copyto!(dst::Union{Ptr,Array}, src::Buffer, n::Integer; stream = nothing) =
+    copy_elements!(dst, src, n, stream)
 
-function copy_bytes!(dst, src, nbytes::Integer, stream)
+# Bytes of the element a side counts in, or nothing for memory counted in bytes.
+element_size(::Buffer) = nothing
+element_size(::Ptr{Cvoid}) = nothing
+element_size(::Ptr{T}) where {T} = bits_size(T)
+element_size(::Array{T}) where {T} = bits_size(T)
+
+bits_size(::Type{T}) where {T} = isbitstype(T) ? sizeof(T) : throw(ArgumentError("$T is not a type of bits"))
+
+function copy_elements!(dst, src, n::Integer, stream)
+    nbytes = Base.checked_mul(Int(n), something(element_size(dst), element_size(src), 1))
     check_extent(dst, nbytes, "a copy")
     check_extent(src, nbytes, "a copy")
     GC.@preserve dst src begin
-        if stream === nothing
-            check(gpumem_copy(address(dst), address(src), nbytes))
-        else
-            check(gpumem_copy_async(address(dst), address(src), nbytes, stream_handle(stream)))
-        end
+        d, s = address(dst), address(src)
+        on_stream(stream, () -> gpumem_copy(d, s, nbytes), h -> gpumem_copy_async(d, s, nbytes, h))
     end
     return dst
+end
+
+# The synchronous call without a stream, the one queued on it with one.
+function on_stream(stream, sync, async)
+    check(stream === nothing ? sync() : async(stream_handle(stream)))
+    return nothing
 end
 
 """
@@ -162,13 +175,26 @@ aligned to the element) to `value` (`cuMemsetD8/D16/D32`), on `stream` if given.
 function memset!(dst, value::Union{UInt8,UInt16,UInt32}, count::Integer; stream = nothing)
     check_extent(dst, count * sizeof(value), "a memset")
     GC.@preserve dst begin
-        if stream === nothing
-            check(gpumem_memset(address(dst), value, sizeof(value), count))
-        else
-            check(gpumem_memset_async(address(dst), value, sizeof(value), count, stream_handle(stream)))
-        end
+        d = address(dst)
+        on_stream(stream, () -> gpumem_memset(d, value, sizeof(value), count),
+                  h -> gpumem_memset_async(d, value, sizeof(value), count, h))
     end
     return dst
+end
+
+# A copy's region in a memory side whose size is known must end within it: the last byte is
+# `x + width` bytes into row `y + height - 1` of slice `z + depth - 1`, rows `pitch` bytes apart
+# (0: `width`) and slices `rows` rows apart (0: `height`). An array's region the library checks.
+function check_region(side, what, x, y, z, pitch, rows, width, height, depth)
+    all(>=(0), (x, y, z, pitch, rows, width, height, depth)) ||
+        throw(ArgumentError("the $what region has a negative offset, pitch or extent"))
+    (width == 0 || height == 0 || depth == 0) && return nothing
+    pitch = pitch == 0 ? width : pitch
+    rows = rows == 0 ? height : rows
+    last = ((Int128(z) + depth - 1) * rows + y + height - 1) * pitch + x + width
+    last <= extent(side) ||
+        throw(ArgumentError("the $what region ends $last bytes in, past the end of $(extent(side)) bytes"))
+    return nothing
 end
 
 """
@@ -177,20 +203,21 @@ end
 
 Copies `height` rows of `width` bytes. Each side is memory (a `Buffer`, `Ptr` or `Array`) whose
 rows lie `pitch` bytes apart (0: `width`), or an [`ArrayBuffer`](@ref) (its pitch is ignored, and
-its `x` and `width` are whole elements). The region starts `x` bytes into row `y` of each side.
+its `x` and `width` are whole elements). The region starts `x` bytes into row `y` of each side;
+a region that would run past the end of a `Buffer` or `Array` throws `ArgumentError`.
 Synchronous, or queued on `stream` if given. Returns `dst`.
 """
 function unsafe_copy2d!(dst, dpitch::Integer, src, spitch::Integer, width::Integer, height::Integer;
                         dst_x::Integer = 0, dst_y::Integer = 0, src_x::Integer = 0, src_y::Integer = 0,
                         stream = nothing)
+    check_region(dst, "destination", dst_x, dst_y, 0, dpitch, 0, width, height, 1)
+    check_region(src, "source", src_x, src_y, 0, spitch, 0, width, height, 1)
     GC.@preserve dst src begin
-        copy = gpumem_copy2d_t(sizeof(gpumem_copy2d_t), side_address(dst), side_array(dst), dst_x, dst_y, dpitch,
-                               side_address(src), side_array(src), src_x, src_y, spitch, width, height)
-        if stream === nothing
-            check(gpumem_copy2d(copy))
-        else
-            check(gpumem_copy2d_async(copy, stream_handle(stream)))
-        end
+        desc = init_struct(gpumem_copy2d_init, gpumem_copy2d_t; dst = side_address(dst), dst_array = side_array(dst),
+                           dst_x = dst_x, dst_y = dst_y, dst_pitch = dpitch, src = side_address(src),
+                           src_array = side_array(src), src_x = src_x, src_y = src_y, src_pitch = spitch,
+                           width = width, height = height)
+        on_stream(stream, () -> gpumem_copy2d(desc), h -> gpumem_copy2d_async(desc, h))
     end
     return dst
 end
@@ -206,15 +233,15 @@ function unsafe_copy3d!(dst, dpitch::Integer, dheight::Integer, src, spitch::Int
                         width::Integer, height::Integer, depth::Integer; dst_x::Integer = 0, dst_y::Integer = 0,
                         dst_z::Integer = 0, src_x::Integer = 0, src_y::Integer = 0, src_z::Integer = 0,
                         stream = nothing)
+    check_region(dst, "destination", dst_x, dst_y, dst_z, dpitch, dheight, width, height, depth)
+    check_region(src, "source", src_x, src_y, src_z, spitch, sheight, width, height, depth)
     GC.@preserve dst src begin
-        copy = gpumem_copy3d_t(sizeof(gpumem_copy3d_t), side_address(dst), side_array(dst), dst_x, dst_y, dst_z,
-                               dpitch, dheight, side_address(src), side_array(src), src_x, src_y, src_z, spitch,
-                               sheight, width, height, depth)
-        if stream === nothing
-            check(gpumem_copy3d(copy))
-        else
-            check(gpumem_copy3d_async(copy, stream_handle(stream)))
-        end
+        desc = init_struct(gpumem_copy3d_init, gpumem_copy3d_t; dst = side_address(dst), dst_array = side_array(dst),
+                           dst_x = dst_x, dst_y = dst_y, dst_z = dst_z, dst_pitch = dpitch, dst_height = dheight,
+                           src = side_address(src), src_array = side_array(src), src_x = src_x, src_y = src_y,
+                           src_z = src_z, src_pitch = spitch, src_height = sheight, width = width, height = height,
+                           depth = depth)
+        on_stream(stream, () -> gpumem_copy3d(desc), h -> gpumem_copy3d_async(desc, h))
     end
     return dst
 end
@@ -314,10 +341,8 @@ end
 
 function ArrayBuffer(format::Integer, width::Integer, height::Integer = 0, depth::Integer = 0; channels::Integer = 1,
                      device::Integer = 0)
-    desc = Ref{gpumem_array_desc_t}()
-    check(gpumem_array_desc_init(desc, sizeof(gpumem_array_desc_t)))
-    desc[] = with_fields(desc[]; device = device, format = format, channels = channels, width = width,
-                         height = height, depth = depth)
+    desc = init_struct(gpumem_array_desc_init, gpumem_array_desc_t; device = device, format = format,
+                       channels = channels, width = width, height = height, depth = depth)
     out = Ref{Ptr{gpumem_array_t}}(C_NULL)
     check(gpumem_array_create(desc, out))
     return ArrayBuffer(out[])
@@ -351,6 +376,8 @@ function array_desc(arr::ArrayBuffer)
     check(gpumem_array_get_desc(arr, out))
     return out[]
 end
+
+check_region(::ArrayBuffer, what, x, y, z, pitch, rows, width, height, depth) = nothing
 
 side_address(::ArrayBuffer) = C_NULL
 side_address(x) = address(x)

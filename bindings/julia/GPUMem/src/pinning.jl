@@ -11,19 +11,23 @@ const FORGET_PURGE_AT = Ref(64)
 
 function forget_on_collection(a::Array)
     key = UInt(pointer(a))
-    lock(FORGET_LOCK)
-    try
+    lock(FORGET_LOCK) do
         known = get(FORGET_ON_COLLECTION, key, nothing)
-        known !== nothing && known.value === a && return nothing
+        known !== nothing && known.value === a && return
         finalizer(forget_pins, a)
         FORGET_ON_COLLECTION[key] = WeakRef(a)
         if length(FORGET_ON_COLLECTION) >= FORGET_PURGE_AT[]
             filter!(entry -> entry.second.value !== nothing, FORGET_ON_COLLECTION)
             FORGET_PURGE_AT[] = 2 * max(length(FORGET_ON_COLLECTION), 32)
         end
-    finally
-        unlock(FORGET_LOCK)
     end
+    return nothing
+end
+
+# Calls `f(address, bytes)` for an array's memory and checks the status; an empty array has none.
+function on_array(f, a::Array)
+    sizeof(a) == 0 && return nothing
+    GC.@preserve a check(f(address(a), sizeof(a)))
     return nothing
 end
 
@@ -49,7 +53,7 @@ Do not resize a pinned array, and for memory freed other than by Julia's collect
 """
 function pin(a::Array)
     sizeof(a) == 0 && return a
-    GC.@preserve a check(gpumem_pin(address(a), sizeof(a), 0))
+    on_array((ptr, size) -> gpumem_pin(ptr, size, 0), a)
     forget_on_collection(a)
     return a
 end
@@ -92,11 +96,7 @@ Removes one pin. Memory no pin covers any more is unregistered, or kept register
 while its budget allows. Throws `GPUMemError` with `GPUMEM_ERROR_NOT_OWNED`, changing nothing, when
 part of the memory is not pinned.
 """
-function unpin(a::Array)
-    sizeof(a) == 0 && return nothing
-    GC.@preserve a check(gpumem_unpin(address(a), sizeof(a)))
-    return nothing
-end
+unpin(a::Array) = on_array(gpumem_unpin, a)
 
 unpin(ptr::Ptr, bytes::Integer) = check(gpumem_unpin(ptr, bytes))
 
@@ -125,11 +125,7 @@ end
 Tells the service that memory is about to be freed: cached registrations that touch it are
 unregistered now. Throws `GPUMemError` with `GPUMEM_ERROR_BUSY` while a pin still covers any of it.
 """
-function pin_forget(a::Array)
-    sizeof(a) == 0 && return nothing
-    GC.@preserve a check(gpumem_pin_forget(address(a), sizeof(a)))
-    return nothing
-end
+pin_forget(a::Array) = on_array(gpumem_pin_forget, a)
 
 pin_forget(ptr::Ptr, bytes::Integer) = check(gpumem_pin_forget(ptr, bytes))
 

@@ -3,6 +3,9 @@
 # CUDA driver and device.
 
 using GPUMem
+# Names other packages use too are not exported; a user imports them like this.
+using GPUMem: check, version, alloc, free, pool, stats, info, release, limit, limit!, register, unregister, snapshot,
+              snapshot_json
 using Test
 
 const GPU = has_device()
@@ -22,7 +25,10 @@ function gpumem_error(f, status)
     return err
 end
 
-bytes_of(buf::Buffer) = unsafe_wrap(Array, convert(Ptr{UInt8}, pointer(buf)), sizeof(buf))
+# The bytes of host-reachable memory, copied, and filling them; `buf` stays rooted while they are used.
+read_bytes(buf::Buffer) = GC.@preserve buf copy(unsafe_wrap(Array, convert(Ptr{UInt8}, pointer(buf)), sizeof(buf)))
+fill_bytes!(buf::Buffer, value::UInt8) =
+    GC.@preserve buf fill!(unsafe_wrap(Array, convert(Ptr{UInt8}, pointer(buf)), sizeof(buf)), value)
 
 # Helpers that leave nothing reachable behind them once they return.
 @noinline drop_a_buffer(a) = (alloc(a, 64); nothing)
@@ -39,6 +45,19 @@ bytes_of(buf::Buffer) = unsafe_wrap(Array, convert(Ptr{UInt8}, pointer(buf)), si
         @test UInt(stream_handle(nothing)) == 0
         @test UInt(stream_handle(GPUMEM_STREAM_PER_THREAD)) == 2
         @test UInt(stream_handle(reinterpret(Ptr{Cvoid}, UInt(0x10)))) == 0x10
+        # While the major version is 0, another minor version may have another ABI.
+        @test GPUMem.compatible(v"0.4.0") && GPUMem.compatible(v"0.4.7")
+        @test !GPUMem.compatible(v"0.3.9") && !GPUMem.compatible(v"0.5.0") && !GPUMem.compatible(v"1.4.0")
+        @test GPUMem.compatible(v"1.3.0", v"1.2.0") && !GPUMem.compatible(v"2.0.0", v"1.2.0")
+    end
+
+    @testset "exports" begin
+        for name in (:check, :version, :alloc, :free, :pool, :stats, :info, :release, :limit, :register, :snapshot)
+            @test !(name in names(GPUMem))
+        end
+        for name in (:device_pool, :host_allocator, :add_hook, :callback_errors, :GPUMEM_ERROR_OUT_OF_MEMORY)
+            @test name in names(GPUMem)
+        end
     end
 
     @testset "errors" begin
@@ -51,7 +70,7 @@ bytes_of(buf::Buffer) = unsafe_wrap(Array, convert(Ptr{UInt8}, pointer(buf)), si
         err = gpumem_error(() -> host_allocator(alignment = 3), GPUMEM_ERROR_INVALID_ARGUMENT)
         @test occursin("alignment 3 is not a power of two", err.detail)
         close(host)
-        @test host.closed
+        @test !isopen(host)
         @test_throws ArgumentError alloc(host, 64)
         close(host)  # again: nothing
     end
@@ -65,8 +84,8 @@ bytes_of(buf::Buffer) = unsafe_wrap(Array, convert(Ptr{UInt8}, pointer(buf)), si
         buf = alloc(p, 1000)
         @test sizeof(buf) == 1000
         @test pointer(buf) != C_NULL
-        bytes_of(buf) .= 0x2a
-        @test all(==(0x2a), bytes_of(buf))
+        fill_bytes!(buf, 0x2a)
+        @test all(==(0x2a), read_bytes(buf))
         s = stats(p)
         @test (s.bytes_in_use, s.peak_bytes_in_use, s.bytes_requested, s.bytes_reserved, s.peak_bytes_reserved) ==
               (1024, 1024, 1000, 1024, 1024)
@@ -133,8 +152,20 @@ bytes_of(buf::Buffer) = unsafe_wrap(Array, convert(Ptr{UInt8}, pointer(buf)), si
         finally
             remove_reclaim(reclaim)
         end
-        @test isempty(reclaim.errors)
+        @test isempty(callback_errors(reclaim))
         remove_reclaim(reclaim)  # again: nothing
+
+        # What a reclaim callback throws is kept; removed, it is no longer kept alive.
+        registered = length(GPUMem.CALLBACKS)
+        failing = add_reclaim((device, bytes) -> error("reclaim failed"))
+        @test length(GPUMem.CALLBACKS) == registered + 1
+        taken = alloc(p, 4096)
+        gpumem_error(() -> alloc(p, 4096), GPUMEM_ERROR_OUT_OF_MEMORY)
+        @test length(callback_errors(failing)) == 1
+        @test dropped_callback_errors(failing) == 0
+        remove_reclaim(failing)
+        @test length(GPUMem.CALLBACKS) == registered
+        free(taken)
 
         limit!(p, 0)
         @test limit(p) == 0
@@ -160,7 +191,14 @@ bytes_of(buf::Buffer) = unsafe_wrap(Array, convert(Ptr{UInt8}, pointer(buf)), si
         gpumem_error(() -> record_stream(p, buf, GPUMEM_STREAM_PER_THREAD), GPUMEM_ERROR_INVALID_ARGUMENT)
         @test info(p).arena_count == 1
         free(buf)  # on its own stream, 0x10
-        gpumem_error(() -> record_stream(p, buf, 0x20), GPUMEM_ERROR_NOT_OWNED)
+        # A freed buffer, or another pool's, is refused before the library could fence a block
+        # that now belongs to someone else.
+        @test_throws ArgumentError record_stream(p, buf, 0x20)
+        other = pool(host)
+        elsewhere = alloc(other, 64)
+        @test_throws ArgumentError record_stream(p, elsewhere, 0x20)
+        free(elsewhere)
+        close(other)
         release(p; stream = 0x10, all_streams = false)
         @test info(p).total_bytes == 0
         close(p)
@@ -203,28 +241,54 @@ bytes_of(buf::Buffer) = unsafe_wrap(Array, convert(Ptr{UInt8}, pointer(buf)), si
         host = host_allocator()
         p = pool(host)
         seen = GPUMem.gpumem_hook_info_t[]
-        hook = add_hook(info -> push!(seen, info), p, GPUMEM_HOOK_MALLOC_POST | GPUMEM_HOOK_FREE_POST)
+        registered = length(GPUMem.CALLBACKS)
+        hook = add_hook(event -> push!(seen, event), p, GPUMEM_HOOK_MALLOC_POST | GPUMEM_HOOK_FREE_POST)
+        @test length(GPUMem.CALLBACKS) == registered + 1
         buf = alloc(p, 100)
         free(buf)
-        @test [info.event for info in seen] == [GPUMEM_HOOK_MALLOC_POST, GPUMEM_HOOK_FREE_POST]
-        for info in seen
-            @test (info.device, info.size, info.mem_size, info.status) == (-1, 100, 512, GPUMEM_SUCCESS)
-            @test info.ptr == pointer(buf)
-            @test info.allocator == p.handle
+        @test [event.event for event in seen] == [GPUMEM_HOOK_MALLOC_POST, GPUMEM_HOOK_FREE_POST]
+        for event in seen
+            @test (event.device, event.size, event.mem_size, event.status) == (-1, 100, 512, GPUMEM_SUCCESS)
+            @test event.ptr == pointer(buf)
+            @test event.allocator == p.handle
         end
         remove_hook(hook)
+        @test length(GPUMem.CALLBACKS) == registered
         free(alloc(p, 100))
         @test length(seen) == 2
         remove_hook(hook)  # again: nothing
 
-        # What a hook throws cannot unwind through C: the call goes on, and the error is kept.
-        add_hook(_ -> error("hook failed"), p, GPUMEM_HOOK_MALLOC_PRE)
+        # A hook the library refuses is not kept.
+        gpumem_error(() -> add_hook(_ -> nothing, p, 0), GPUMEM_ERROR_INVALID_ARGUMENT)
+        @test length(GPUMem.CALLBACKS) == registered
+
+        # The library holds the hook, not the caller: it runs, unheld, through collections.
+        calls = Ref(0)
+        add_hook(_ -> (calls[] += 1), p, GPUMEM_HOOK_MALLOC_POST)
+        GC.gc()
+        GC.gc()
+        free(alloc(p, 64))
+        @test calls[] == 1
+
+        # What a hook throws cannot unwind through C: the call goes on, and the error is kept, up
+        # to a limit; the rest are counted.
+        failing = add_hook(_ -> error("hook failed"), p, GPUMEM_HOOK_MALLOC_PRE)
         buf = alloc(p, 64)
         errors = callback_errors(p)
         @test length(errors) == 1
         @test errors[1] isa ErrorException
         free(buf)
+        for _ in 1:GPUMem.MAX_KEPT_ERRORS
+            free(alloc(p, 64))
+        end
+        @test length(callback_errors(p)) == GPUMem.MAX_KEPT_ERRORS
+        @test dropped_callback_errors(p) == 1
+        remove_hook(failing)
+
+        # The allocator's hooks and errors go with it.
         close(p)
+        @test length(GPUMem.CALLBACKS) == registered
+        @test isempty(callback_errors(p))
         close(host)
     end
 
@@ -253,7 +317,9 @@ bytes_of(buf::Buffer) = unsafe_wrap(Array, convert(Ptr{UInt8}, pointer(buf)), si
         @test occursin("the caller's alloc function returned GPUMEM_ERROR_INTERNAL", err.detail)
         @test callback_errors(upstream)[1] isa ErrorException
         close(p)
+        registered = length(GPUMem.CALLBACKS)
         close(upstream)
+        @test length(GPUMem.CALLBACKS) == registered - 1
     end
 
     @testset "lifetimes" begin
@@ -277,13 +343,15 @@ bytes_of(buf::Buffer) = unsafe_wrap(Array, convert(Ptr{UInt8}, pointer(buf)), si
         GC.gc()
         @test stats(host).bytes_in_use == 0
         close(host)  # not refused: no pool relies on it any more
-        @test host.closed
+        @test !isopen(host)
 
-        # Closing with force frees live buffers with the allocator; their free then does nothing.
+        # Closing with force frees live buffers with the allocator; they cannot be used, and their
+        # free does nothing.
         host = host_allocator()
         buf = alloc(host, 64)
         close(host; force = true)
-        @test host.closed
+        @test !isopen(host)
+        @test_throws ArgumentError unsafe_copyto!(zeros(UInt8, 64), buf, 64)
         free(buf)
         @test buf.freed
 
@@ -293,6 +361,26 @@ bytes_of(buf::Buffer) = unsafe_wrap(Array, convert(Ptr{UInt8}, pointer(buf)), si
         @test_throws ArgumentError free(borrowed)
         @test_throws ArgumentError unsafe_copyto!(borrowed, zeros(UInt8, 8), 16)
         @test_throws ArgumentError unsafe_copyto!(zeros(UInt8, 8), borrowed, 16)
+    end
+
+    @testset "extents" begin
+        data = zeros(UInt8, 16)
+        GC.@preserve data begin
+            borrowed = Buffer(pointer(data), sizeof(data))
+            # A count is of the elements of a typed side: 5 Float32s are 20 bytes.
+            @test_throws ArgumentError unsafe_copyto!(borrowed, zeros(Float32, 8), 5)
+            @test_throws ArgumentError unsafe_copyto!(zeros(Float64, 4), borrowed, 3)
+            # 3 rows of 4 bytes, 4 apart, take 12 bytes; 2 more rows down, 20.
+            @test_throws ArgumentError unsafe_copy2d!(zeros(UInt8, 10), 4, borrowed, 4, 4, 3)
+            @test_throws ArgumentError unsafe_copy2d!(borrowed, 4, zeros(UInt8, 16), 4, 4, 3; dst_y = 2)
+            # A pitch of 0 is the width: 4 rows of 4 bytes from byte 1 end at 17.
+            @test_throws ArgumentError unsafe_copy2d!(zeros(UInt8, 64), 0, borrowed, 0, 4, 4; src_x = 1)
+            # The second of 2 slices of 2 rows of 4 bytes ends at 16; from slice 1, at 24.
+            @test_throws ArgumentError unsafe_copy3d!(borrowed, 4, 2, zeros(UInt8, 64), 4, 2, 4, 2, 2; dst_z = 1)
+            @test_throws ArgumentError unsafe_copy3d!(zeros(UInt8, 64), 4, 0, borrowed, 4, 0, 4, 3, 2)
+            @test_throws ArgumentError unsafe_copy2d!(borrowed, 4, zeros(UInt8, 16), 4, -1, 2)
+        end
+        @test_throws ArgumentError GPUMem.with_fields(GPUMem.gpumem_pool_params_t(0, C_NULL, 0, 0.0); limits = 1)
     end
 
     @testset "traces" begin
@@ -317,12 +405,16 @@ bytes_of(buf::Buffer) = unsafe_wrap(Array, convert(Ptr{UInt8}, pointer(buf)), si
         data = zeros(UInt8, 1 << 16)
         @test pin_state(data) == GPUMEM_PIN_NONE
         @test pin_state(UInt8[]) == GPUMEM_PIN_NONE
-        @test pin_stats().cache_budget >= 0
+        budget = pin_stats().cache_budget
+        pin_cache_budget!(1 << 20)
+        @test pin_stats().cache_budget == 1 << 20
+        pin_cache_budget!(budget)
+        @test pin_stats().cache_budget == budget
         pin_cache_flush()
         pin_forget(data)
         gpumem_error(() -> unpin(data), GPUMEM_ERROR_NOT_OWNED)
-        @test staging_held() >= 0
         staging_release()
+        @test staging_held() == 0
     end
 
     @testset "GPU" begin
@@ -364,6 +456,24 @@ bytes_of(buf::Buffer) = unsafe_wrap(Array, convert(Ptr{UInt8}, pointer(buf)), si
                 @test info_.device == 0
                 free(buf)
                 free(other)
+
+                # With a typed side, the count is of its elements.
+                floats = rand(Float32, 64)
+                back = zeros(Float32, 64)
+                buf = alloc(p, sizeof(floats))
+                unsafe_copyto!(buf, floats, length(floats))
+                unsafe_copyto!(back, buf, length(back))
+                @test back == floats
+                free(buf)
+
+                # A borrowed pool's hook outlives the wrapper it was added through, and its errors
+                # are found through any wrapper of the pool. (Garbage first: its frees would run it.)
+                GC.gc()
+                failing = add_hook(_ -> error("hook failed"), device_pool(0), GPUMEM_HOOK_FREE_PRE)
+                GC.gc()
+                free(alloc(device_pool(0), 64))
+                @test length(callback_errors(device_pool(0))) == 1
+                remove_hook(failing)
             end
 
             @testset "2D and 3D copies" begin
@@ -398,7 +508,7 @@ bytes_of(buf::Buffer) = unsafe_wrap(Array, convert(Ptr{UInt8}, pointer(buf)), si
                 @test pointer_info(pinned).is_pinned
                 @test device_pointer(pinned) != C_NULL
                 unsafe_copyto!(pinned, data, 4096)
-                @test bytes_of(pinned) == data
+                @test read_bytes(pinned) == data
                 free(pinned)
 
                 async = device_alloc_async(4096; stream = GPUMEM_STREAM_LEGACY)
@@ -409,7 +519,7 @@ bytes_of(buf::Buffer) = unsafe_wrap(Array, convert(Ptr{UInt8}, pointer(buf)), si
 
                 managed = managed_alloc(4096)
                 unsafe_copyto!(managed, data, 4096)
-                @test bytes_of(managed) == data
+                @test read_bytes(managed) == data
                 advise(managed, GPUMEM_ADVICE_SET_READ_MOSTLY)
                 @test range_info(managed).read_mostly
                 prefetch(managed, 0)
