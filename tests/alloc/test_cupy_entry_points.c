@@ -18,11 +18,7 @@ static void set_known_detail(void) {
 
 static gpumem_allocator_t* host_pool(gpumem_allocator_t** out_upstream) {
   assert_ok(gpumem_allocator_create_host(0, out_upstream));
-  gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
-  params.upstream = *out_upstream;
-  gpumem_allocator_t* pool = NULL;
-  assert_ok(gpumem_pool_create(&params, &pool));
-  return pool;
+  return pool_over(*out_upstream);
 }
 
 static void destroy_pool(gpumem_allocator_t* pool, gpumem_allocator_t* upstream) {

@@ -372,11 +372,7 @@ static gpumem_allocator_t* device_pool(void) {
 
 static gpumem_allocator_t* host_pool(gpumem_allocator_t** out_upstream) {
   *out_upstream = host_allocator();
-  gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
-  params.upstream = *out_upstream;
-  gpumem_allocator_t* pool = NULL;
-  assert_ok(gpumem_pool_create(&params, &pool));
-  return pool;
+  return pool_over(*out_upstream);
 }
 
 static void test_defaults_null_is_device_pool(void** state) {

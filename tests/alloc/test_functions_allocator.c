@@ -93,15 +93,6 @@ static gpumem_allocator_t* create(calls_t* c, int32_t device) {
   return a;
 }
 
-/* A pool over a host (device -1) allocator, with no limit. */
-static gpumem_allocator_t* pool_over(gpumem_allocator_t* upstream) {
-  gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
-  params.upstream = upstream;
-  gpumem_allocator_t* pool = NULL;
-  assert_ok(gpumem_pool_create(&params, &pool));
-  return pool;
-}
-
 static void test_functions_allocator_arguments_reach_functions(void** state) {
   (void)state;
   calls_t c;

@@ -85,14 +85,6 @@ static gpumem_vm_info_t info_of(gpumem_allocator_t* a) {
   return info;
 }
 
-static gpumem_allocator_t* pool_over(gpumem_allocator_t* upstream) {
-  gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
-  params.upstream = upstream;
-  gpumem_allocator_t* pool = NULL;
-  assert_ok(gpumem_pool_create(&params, &pool));
-  return pool;
-}
-
 static size_t round_up(size_t n, size_t unit) { return (n + unit - 1) / unit * unit; }
 
 /* The map unit of map_unit 0 on a device of that granularity. */

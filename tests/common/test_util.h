@@ -78,6 +78,15 @@ static inline gpumem_pool_info_t pool_info_of(gpumem_allocator_t* pool) {
   return i;
 }
 
+/* A pool over upstream, with the default parameters (no limit). */
+static inline gpumem_allocator_t* pool_over(gpumem_allocator_t* upstream) {
+  gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
+  params.upstream = upstream;
+  gpumem_allocator_t* pool = NULL;
+  assert_ok(gpumem_pool_create(&params, &pool));
+  return pool;
+}
+
 /* The allocation the driver says an address of device memory lies in. */
 static inline void assert_pointer_range(const void* p, const void* base, size_t size) {
   gpumem_pointer_info_t info;
