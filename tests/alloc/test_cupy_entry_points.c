@@ -9,13 +9,6 @@
 
 #include "test_util.h"
 
-/* Leaves a known detail, so a later one shows that a call that returns no status wrote its own. */
-static void set_known_detail(void) {
-  void* p = NULL;
-  assert_status(gpumem_alloc(NULL, 0, NULL, &p), GPUMEM_ERROR_INVALID_ARGUMENT);
-  assert_detail_contains("size is 0");
-}
-
 static gpumem_allocator_t* host_pool(gpumem_allocator_t** out_upstream) {
   assert_ok(gpumem_allocator_create_host(0, out_upstream));
   return pool_over(*out_upstream);

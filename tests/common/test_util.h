@@ -78,6 +78,14 @@ static inline gpumem_pool_info_t pool_info_of(gpumem_allocator_t* pool) {
   return i;
 }
 
+/* Leaves a known detail ("size is 0"), so a later one shows that a call that returns no status
+ * (the PyTorch and CuPy entry points) wrote its own. */
+static inline void set_known_detail(void) {
+  void* p = NULL;
+  assert_status(gpumem_alloc(NULL, 0, NULL, &p), GPUMEM_ERROR_INVALID_ARGUMENT);
+  assert_detail_contains("size is 0");
+}
+
 /* A pool over upstream, with the default parameters (no limit). */
 static inline gpumem_allocator_t* pool_over(gpumem_allocator_t* upstream) {
   gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
