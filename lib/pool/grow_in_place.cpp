@@ -189,12 +189,19 @@ void Pool::reserve_range(Arena& arena) {
     delete_chunk(arena, c);
     throw;
   }
+  bool refused = false;  // a range that overlaps one the pool holds, or wraps: not the pool's to give back
   try {
     std::lock_guard<SpinLock> lock(mutex_);
     std::lock_guard<SpinLock> own(arena.lock);
     // Room is made here, under the lock the emplace is made under: other threads' splits may
     // have taken what was made with the chunk.
     arena.chunks.reserve(arena.chunks.size() + 1);
+    try {
+      add_segment(base, size, &arena);
+    } catch (const Error&) {
+      refused = true;
+      throw;
+    }
     c->ptr = base;
     c->size = size;
     c->hole = true;
@@ -206,7 +213,7 @@ void Pool::reserve_range(Arena& arena) {
       std::lock_guard<SpinLock> lock(arena.lock);
       delete_chunk(arena, c);
     }
-    ranges_->unreserve(base, size);
+    if (!refused) ranges_->unreserve(base, size);
     throw;
   }
 }
@@ -285,11 +292,11 @@ void* Pool::grow_in_place(Arena& arena, size_t size, size_t rounded, gpumem_stre
     fail(GPUMEM_ERROR_INTERNAL, "the pool mapped %s bytes for %s but found no room", grouped(at.to_map).c_str(),
          bytes(size).c_str());
   // In use on its stream again: a new stream at a destroyed one's address, which may lend.
-  if (stream_key(stream) == arena.key) arena.unfenceable = false;
+  if (stream_key(stream) == arena.key()) arena.unfenceable = false;
   return hand_out(c, size, stream);
 }
 
-void Pool::unmap_free(Arena& arena) {
+uint64_t Pool::unmap_free(Arena& arena) {
   const size_t unit = ranges_->unit();
   std::vector<Chunk*> parts;     // in transit: the whole units inside free chunks
   std::vector<size_t> unmapped;  // of each part, the bytes from its start that the upstream unmapped
@@ -334,7 +341,7 @@ void Pool::unmap_free(Arena& arena) {
       if (!first) first = std::current_exception();  // what is still mapped is cached again below
     }
     if (unmapped[i]) {
-      record(trace::Event::kUpstreamFree, unmapped[i], unmapped[i], reinterpret_cast<void*>(c->ptr), arena.stream);
+      record(trace::Event::kUpstreamFree, unmapped[i], unmapped[i], reinterpret_cast<void*>(c->ptr), arena.stream());
       unmapped_bytes += unmapped[i];
       ++unmaps;
     }
@@ -376,7 +383,7 @@ void Pool::unmap_free(Arena& arena) {
   {
     std::lock_guard<SpinLock> lock(arena.lock);
     for (Chunk* h = arena.holes; h; h = h->free_next)
-      if (!h->prev && !h->next) empty.push_back(Block{h->ptr, h->size, &arena});
+      if (!h->prev && !h->next) empty.push_back(Block{h->ptr, h->size, &arena, arena.stream()});
     for (const Block& b : empty) {
       Chunk* h = arena.chunks.at(b.ptr);
       remove_hole(arena, h);
@@ -389,6 +396,7 @@ void Pool::unmap_free(Arena& arena) {
       ranges_->unreserve(b.ptr, b.size);
       std::lock_guard<SpinLock> lock(mutex_);
       addresses_ -= b.size;
+      segments_.erase(b.ptr);
     } catch (...) {
       if (!first) first = std::current_exception();
       // Still the pool's: listed again, so that a later release tries again.
@@ -411,10 +419,12 @@ void Pool::unmap_free(Arena& arena) {
         // and are no longer the pool's.
         std::lock_guard<SpinLock> lock(mutex_);
         addresses_ -= b.size;
+        segments_.erase(b.ptr);
       }
     }
   }
   if (first) std::rethrow_exception(first);
+  return unmapped_bytes;
 }
 
 }  // namespace gpumem::pool

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -38,6 +39,10 @@ struct Info {
   uint32_t arenas = 0;
 };
 
+// Arenas: one per stream that holds memory of the pool. An arena that holds nothing (no memory in
+// use, cached or pending, and no call working on it) is retired at once and its object reused for
+// the next new stream, so streams that come and go cost nothing once their memory is gone.
+//
 // Locking: each arena has its own lock over its free lists, its chunks and the counts of what was
 // handed out from it, so threads on different streams never wait for each other on a cached
 // allocation. The pool's mutex_ guards what is shared: the arena list, the upstream's bytes and
@@ -71,6 +76,11 @@ class Pool final : public alloc::Allocator {
   alloc::StreamOrder* stream_order() override { return order_; }
   // The pool's memory is its upstream's.
   void set_peer_access(int peer_device, bool enable) override { upstream_->set_peer_access(peer_device, enable); }
+  // Whether p lies in a block (or address range) the pool holds from its upstream, cached or in use.
+  bool holds(const void* p);
+  // A live pool built on upstream that holds p, or NULL: the upstream must not take p back from
+  // anyone but that pool.
+  static Pool* holder_of(const alloc::Allocator* upstream, const void* p);
   // Checks every invariant of the pool's structures; throws GPUMEM_ERROR_INTERNAL naming the first
   // broken one. For tests and the fuzzer: it walks everything, and wants no other call running.
   void check_invariants();
@@ -92,7 +102,12 @@ class Pool final : public alloc::Allocator {
   struct Block {  // a whole upstream block, to be returned
     uintptr_t ptr;
     size_t size;
-    Arena* arena;
+    Arena* arena;  // pinned while the block is in transit
+    gpumem_stream_t stream;
+  };
+  struct Segment {  // an upstream block, or over ranges an address range
+    size_t size;
+    Arena* arena;  // whose chunks cover it; changes only when a whole free block moves
   };
   // A chunk freed while other streams' work may still use it: free once its fences complete.
   struct Pending {
@@ -101,10 +116,27 @@ class Pool final : public alloc::Allocator {
   };
   using ArenaLock = std::unique_lock<SpinLock>;
 
-  Arena* find_arena(uintptr_t key) const;  // without locks; NULL if the key has none yet
-  Arena& arena_for(gpumem_stream_t stream);
-  // Every arena, in creation order; arenas are never removed, so the list stays valid.
+  Arena* find_arena(uintptr_t key) const;  // without locks, a hint: see ArenaTable
+  // The stream's arena, made if it has none, pinned against retirement until unpin().
+  Arena& pin_arena(gpumem_stream_t stream);
+  void unpin(Arena& arena);
+  Arena* make_arena(uintptr_t key, gpumem_stream_t stream);  // under mutex_
+  // Retires the arena if it holds nothing and nothing has it pinned: at once, or (retire_later)
+  // when the next new stream's arena is made, so that a stream whose last block another stream
+  // took keeps, for a while, what the lending policy knows of it. The first takes mutex_ and the
+  // arena's lock; the others want mutex_ held.
+  void retire_if_empty(Arena& arena) noexcept;
+  void retire_locked(Arena& arena) noexcept;
+  void retire_later(Arena& arena) noexcept;
+  static void enlist(Pool* pool);  // into the list holder_of() reads
+  static void delist(Pool* pool);
+  // Every arena not retired. Their objects stay valid, but one may be retired meanwhile.
   std::vector<Arena*> all_arenas();
+  // The arena whose chunks cover p, by the segments' map; NULL if no segment holds p.
+  Arena* segment_arena(uintptr_t p);
+  // Lists a new segment; refuses (INTERNAL) one that overlaps a segment the pool holds or wraps
+  // past the end of the address space, which only a broken upstream hands out. Under mutex_.
+  void add_segment(uintptr_t base, size_t size, Arena* arena);
   // The live chunk at p, with its arena locked in lock; looks in hint's arena first. Throws
   // NOT_OWNED.
   Chunk* find_live(uintptr_t p, Arena* hint, ArenaLock& lock);
@@ -128,6 +160,7 @@ class Pool final : public alloc::Allocator {
   // Whether source's memory may be lent to stream: not when reuse is kNever, nor across the
   // per-thread default stream, which names another stream on every thread.
   bool may_lend(const Arena& source, const Arena& own, gpumem_stream_t stream) const;
+  bool may_borrow(gpumem_stream_t stream) const;  // whether any stream's memory may be lent to stream
   // Orders stream after the work queued so far on source's stream, as the reuse policy says.
   // False when that cannot be done; source is then marked unfenceable if its stream is gone.
   bool fence_after(Arena& source, gpumem_stream_t stream);
@@ -137,10 +170,22 @@ class Pool final : public alloc::Allocator {
   void delete_chunk(Arena& arena, Chunk* chunk);
   // Takes the arena's free whole blocks out of it; under its lock. Throws only before any change.
   void collect_whole_blocks(Arena& arena, std::vector<Block>& out);
-  void give_back(std::vector<Block>& blocks);  // without locks: to the upstream, re-caching failures
+  // Without locks: to the upstream, re-caching failures. Returns the bytes given back.
+  uint64_t give_back(std::vector<Block>& blocks);
   // Returns the free whole blocks of every arena, or of the key's; throws the first failure once
-  // all arenas were visited.
-  void return_cached_blocks(const uintptr_t* key);
+  // all arenas were visited. Returns the bytes given back (or unmapped).
+  uint64_t return_cached_blocks(const uintptr_t* key);
+  // do_allocate when the stream's arena has nothing that fits: the ladder of out_of_memory.cpp.
+  void* allocate_slow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream);
+  // The arena's own cache, then a whole free block of another stream's.
+  void* take_own_or_across(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream);
+  // One rung of it: a free piece of another stream, the pending frees waited for, cached blocks
+  // returned, then the arena's cache and growing again (a retry, counted if count_retry). Appends
+  // to tried what it did.
+  void* after_out_of_memory(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, std::string& tried,
+                            std::string& why, bool count_retry);
+  // The arena's cache, then the upstream; sets why when the upstream or the limit refuses.
+  void* take_or_grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, std::string& why);
   void* grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, bool& over_limit);
 
   // Over an upstream with address ranges (grow_in_place.cpp): each arena's segments are ranges of
@@ -168,7 +213,7 @@ class Pool final : public alloc::Allocator {
   void remove_hole(Arena& arena, Chunk* c);
   // Unmaps the whole units of every free chunk of the arena, and unreserves its ranges that are
   // then wholly unmapped. Throws the first failure once done; what failed stays cached.
-  void unmap_free(Arena& arena);
+  uint64_t unmap_free(Arena& arena);  // returns the bytes unmapped
   void reserve_range(Arena& arena);
   // Throws OUT_OF_MEMORY with where the held bytes are and what would have served the request.
   [[noreturn]] void fail_out_of_memory(size_t size, size_t rounded, const std::string& why, const Arena& own);
@@ -196,8 +241,12 @@ class Pool final : public alloc::Allocator {
   uint64_t addresses_ = 0;  // over ranges: bytes of addresses reserved
   std::vector<Pending> pending_frees_;
   std::mutex settle_mutex_;  // held by settle_pending() across its driver calls; not on any fast path
-  std::vector<std::unique_ptr<Arena>> arenas_;
-  std::vector<std::unique_ptr<ArenaTable>> tables_;  // the current one last; older ones kept for readers
+  std::vector<std::unique_ptr<Arena>> arenas_;        // not retired, each at its index
+  std::vector<std::unique_ptr<Arena>> spare_arenas_;  // retired, for new streams
+  uint64_t retired_allocs_ = 0, retired_frees_ = 0;   // the counts of arenas since retired
+  std::map<uintptr_t, Segment> segments_;             // by base address
+  std::vector<Arena*> emptied_;                       // arenas that may hold nothing, to retire
+  std::vector<std::unique_ptr<ArenaTable>> tables_;   // the current one last; older ones kept for readers
 };
 
 // The limit from GPUMEM_GPU_MEMORY_LIMIT, 0 if unset; device_total is asked only for a percentage.

@@ -65,13 +65,24 @@ struct Pool::Chunk {
   uint64_t freed_at;                   // free: its arena's allocation count when it was freed
 };
 
-// Aligned to a cache line so that one thread's arena shares no line with another's.
+// Aligned to a cache line so that one thread's arena shares no line with another's. An arena that
+// holds nothing is retired and its object kept for the next new stream: threads that found it
+// without a lock check its key under its lock (see Pool::allocate_fast), so the object must stay.
 struct alignas(64) Pool::Arena {
-  Arena(uintptr_t k, gpumem_stream_t s) : key(k), stream(s) {}
-  const uintptr_t key;
-  const gpumem_stream_t stream;  // read by other streams' allocations looking for memory to borrow
-  alignas(64) SpinLock lock;     // guards everything below
-  uint64_t summary = 0;          // bit w set: words[w] is not 0
+  Arena(uintptr_t k, gpumem_stream_t s) : key_(k), stream_(s) {}
+  // Written only while retired, under the pool's mutex_ and the arena's lock; read anywhere.
+  uintptr_t key() const { return key_.load(std::memory_order_relaxed); }
+  gpumem_stream_t stream() const { return stream_.load(std::memory_order_relaxed); }
+  void assign(uintptr_t k, gpumem_stream_t s) {
+    key_.store(k, std::memory_order_relaxed);
+    stream_.store(s, std::memory_order_relaxed);
+  }
+  alignas(64) SpinLock lock;  // guards everything below
+  uint32_t pins = 0;          // calls working on the arena outside its lock: it is not retired meanwhile
+  bool retired = false;       // held nothing, and is kept for reuse (in spare_arenas_)
+  bool noted = false;         // in the pool's emptied_
+  size_t index = 0;           // in the pool's arenas_, while not retired
+  uint64_t summary = 0;       // bit w set: words[w] is not 0
   std::array<uint64_t, kWords> words{};
   std::array<Chunk*, kClasses> heads{};
   uint64_t free_blocks = 0;
@@ -89,6 +100,11 @@ struct alignas(64) Pool::Arena {
   uint64_t in_use = 0, requested = 0, live = 0, allocs = 0, frees = 0;
   uint64_t published = 0;  // in_use as last added to the pool's published_in_use_
 
+ private:
+  std::atomic<uintptr_t> key_;
+  std::atomic<gpumem_stream_t> stream_;
+
+ public:
   // The first non-empty class at or above c, or -1.
   int find_from(int c) const {
     if (c >= kClasses) return -1;
@@ -99,6 +115,60 @@ struct alignas(64) Pool::Arena {
     if (!rest) return -1;
     w = __builtin_ctzll(rest);
     return (w << 6) + __builtin_ctzll(words[w]);
+  }
+};
+
+// Arenas by key, open addressing, read without a lock. Slots are written under the pool's mutex_;
+// a reader may see a slot half written or a table being rebuilt in place, so what it finds is a
+// hint: it takes the arena's lock and checks the key (a wrong arena), and looks again under mutex_
+// when it finds none. A table only ever grows into a new one while readers may use the old one;
+// retired arenas leave tombstones, and a table full of them is rebuilt in place.
+struct Pool::ArenaTable {
+  static constexpr uintptr_t kGone = 0;  // a tombstone's key, with its arena left in place: stream_key() is never 0
+  // The key is kept beside the arena so that a probe never reads another arena's cache lines,
+  // which their owners write all the time.
+  struct Slot {
+    std::atomic<uintptr_t> key{0};
+    std::atomic<Arena*> arena{nullptr};  // written after key, with release
+  };
+  explicit ArenaTable(size_t capacity) : mask(capacity - 1), slots(new Slot[capacity]) {}
+  const size_t mask;
+  const std::unique_ptr<Slot[]> slots;
+  size_t used = 0;  // slots with an arena or a tombstone
+  size_t live = 0;  // slots with an arena
+
+  Arena* find(uintptr_t key) const {
+    for (size_t i = alloc::AddressHash{}(key)&mask;; i = (i + 1) & mask) {
+      Arena* a = slots[i].arena.load(std::memory_order_acquire);
+      if (!a || slots[i].key.load(std::memory_order_relaxed) == key) return a;
+    }
+  }
+  void insert(Arena* a) {
+    size_t i = alloc::AddressHash{}(a->key()) & mask;
+    while (slots[i].arena.load(std::memory_order_relaxed) && slots[i].key.load(std::memory_order_relaxed) != kGone)
+      i = (i + 1) & mask;
+    if (!slots[i].arena.load(std::memory_order_relaxed)) ++used;
+    slots[i].key.store(a->key(), std::memory_order_relaxed);
+    slots[i].arena.store(a, std::memory_order_release);
+    ++live;
+  }
+  void remove(const Arena* a) {
+    for (size_t i = alloc::AddressHash{}(a->key()) & mask;; i = (i + 1) & mask)
+      if (slots[i].arena.load(std::memory_order_relaxed) == a &&
+          slots[i].key.load(std::memory_order_relaxed) == a->key()) {
+        slots[i].key.store(kGone, std::memory_order_relaxed);  // the arena pointer stays: probes go on past it
+        --live;
+        return;
+      }
+  }
+  // Empties the table and lists the arenas again, without their tombstones.
+  void rebuild(const std::vector<std::unique_ptr<Arena>>& arenas) {
+    for (size_t i = 0; i <= mask; ++i) {
+      slots[i].arena.store(nullptr, std::memory_order_relaxed);
+      slots[i].key.store(0, std::memory_order_relaxed);
+    }
+    used = live = 0;
+    for (auto& a : arenas) insert(a.get());
   }
 };
 

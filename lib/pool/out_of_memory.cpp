@@ -1,0 +1,320 @@
+// Out of memory: the slow path of an allocation, from the cache to the upstream and back, and the
+// return of cached blocks.
+#include "pool/pool.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "gpumem/pool.h"
+#include "pool/pool_parts.hpp"
+
+namespace gpumem::pool {
+namespace {
+
+std::atomic<Pool::ReclaimRunner> reclaim_runner{nullptr};
+
+// The reclaim callbacks running on this thread: an allocation inside one does not run them again.
+thread_local int reclaim_depth = 0;
+
+}  // namespace
+
+void Pool::set_reclaim_runner(ReclaimRunner runner) { reclaim_runner.store(runner); }
+
+void* Pool::take_or_grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, std::string& why) {
+  {
+    std::lock_guard<SpinLock> lock(arena.lock);
+    if (Chunk* c = take(arena, rounded)) return hand_out(c, size, stream);
+  }
+  bool over_limit = false;
+  try {
+    if (void* p = grow(arena, size, rounded, stream, over_limit)) return p;
+    why = "the pool's limit";
+  } catch (const Error& e) {
+    if (e.status() != GPUMEM_ERROR_OUT_OF_MEMORY) throw;
+    why = e.what();
+  }
+  return nullptr;
+}
+
+void* Pool::after_out_of_memory(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, std::string& tried,
+                                std::string& why, bool count_retry) {
+  // A free piece of another stream's block may serve without the pool growing.
+  if (void* p = take_across(arena, rounded, size, stream)) return p;
+  // The host waits for the pending frees' fences (only those: no device-wide synchronize); what
+  // they free, and every stream's free whole blocks, may then serve or go back to the upstream.
+  bool settled = false;
+  try {
+    settled = settle_pending(true);
+  } catch (const Error&) {
+    // A fence that cannot be waited for keeps its chunk pending; the retry goes on.
+  }
+  if (settled)
+    if (void* p = take_own_or_across(arena, size, rounded, stream)) return p;
+  if (count_retry) {
+    std::lock_guard<SpinLock> lock(mutex_);
+    ++stats_.retries;
+  }
+  uint64_t returned = 0;
+  try {
+    returned = return_cached_blocks(nullptr);
+  } catch (const Error&) {
+    // What the upstream would not take back stays cached; the retry goes on regardless.
+  }
+  tried += format(
+      "looked in other streams' arenas, waited for the pending frees, returned %s cached bytes and "
+      "tried again",
+      grouped(returned).c_str());
+  return take_or_grow(arena, size, rounded, stream, why);
+}
+
+void* Pool::take_own_or_across(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream) {
+  {
+    std::lock_guard<SpinLock> lock(arena.lock);
+    if (Chunk* c = take(arena, rounded)) return hand_out(c, size, stream);
+  }
+  return take_block_across(arena, rounded, size, stream);
+}
+
+void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
+  if (size > SIZE_MAX - (kRound - 1))
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s overflows rounding to %zu bytes", bytes(size).c_str(), kRound);
+  const size_t rounded = (size + kRound - 1) / kRound * kRound;
+  mem_size = rounded;
+  const uintptr_t key = stream_key(stream);
+  if (Arena* a = find_arena(key)) {
+    std::lock_guard<SpinLock> lock(a->lock);
+    // Found without a lock: it may have been retired, or serve another stream now.
+    if (a->key() == key)
+      if (Chunk* c = take(*a, rounded)) return hand_out(c, size, stream);
+  }
+  Arena& arena = pin_arena(stream);
+  try {
+    void* p = allocate_slow(arena, size, rounded, stream);
+    unpin(arena);
+    return p;
+  } catch (...) {
+    unpin(arena);  // a failed call leaves no arena behind for a new stream
+    throw;
+  }
+}
+
+void* Pool::allocate_slow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream) {
+  // Frees whose other streams have finished, then another stream's free memory, before the
+  // upstream.
+  bool has_pending;
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    has_pending = !pending_frees_.empty();
+  }
+  try {
+    if (has_pending) settle_pending(false);
+  } catch (const Error&) {
+    // A fence the driver could not answer for keeps its chunk pending; this allocation goes on.
+  }
+  if (void* p = take_own_or_across(arena, size, rounded, stream)) return p;
+  bool beyond_limit;
+  const bool beyond_range = ranges_ && rounded > ranges_->range_size();
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    beyond_limit = limit_ && rounded > limit_;
+    if (beyond_limit || beyond_range) ++stats_.ooms;
+  }
+  // Nothing could make room for it: refused before the cache is given back.
+  if (beyond_limit) fail_out_of_memory(size, rounded, "the pool's limit, which the request alone exceeds", arena);
+  if (beyond_range)
+    fail_out_of_memory(size, rounded,
+                       format("the size of an address range of the upstream %s allocator (range_size %s bytes), "
+                              "which the request alone exceeds",
+                              upstream_->kind(), grouped(ranges_->range_size()).c_str()),
+                       arena);
+  std::string why, tried;
+  bool over_limit = false;
+  try {
+    if (void* p = grow(arena, size, rounded, stream, over_limit)) return p;
+    why = "the pool's limit";
+  } catch (const Error& e) {
+    if (e.status() != GPUMEM_ERROR_OUT_OF_MEMORY) throw;
+    why = e.what();
+  }
+  // Out of memory: other streams' memory, the pending frees and the cache; then the reclaim
+  // callbacks, and all of that again for what they freed, wherever they freed it. Never from
+  // inside a callback: an allocation it makes fails here instead of running them again.
+  if (void* p = after_out_of_memory(arena, size, rounded, stream, tried, why, true)) return p;
+  if (const ReclaimRunner runner = reclaim_runner.load(); runner && reclaim_depth > 0) {
+    tried += "; the reclaim callbacks were not run, as this allocation is made from inside one";
+  } else if (runner) {
+    {
+      std::lock_guard<SpinLock> lock(mutex_);
+      ++stats_.retries;
+    }
+    struct Depth {
+      Depth() { ++reclaim_depth; }
+      ~Depth() { --reclaim_depth; }
+    };
+    {
+      const Depth inside;
+      runner(device(), size);
+    }
+    tried += "; ran the reclaim callbacks, ";
+    if (void* p = take_own_or_across(arena, size, rounded, stream)) return p;
+    if (void* p = after_out_of_memory(arena, size, rounded, stream, tried, why, false)) return p;
+  }
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    ++stats_.ooms;
+  }
+  fail_out_of_memory(size, rounded, why + "; then the pool " + tried, arena);
+}
+
+void Pool::fail_out_of_memory(size_t size, size_t rounded, const std::string& why, const Arena& own) {
+  // Where the bytes the pool holds are, for the caller to see why they could not serve.
+  uint64_t limit, reserved, in_use = 0, pending = 0, largest_pending = 0, whole = 0, pieces = 0;
+  uint64_t largest_own = 0, largest_other = 0;
+  bool lending = false;
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    limit = limit_;
+    reserved = stats_.reserved;
+    for (const Pending& p : pending_frees_) {
+      pending += p.chunk->size;
+      largest_pending = std::max<uint64_t>(largest_pending, p.chunk->size);
+    }
+    lending = order_ && reuse_.load(std::memory_order_relaxed) != StreamReuse::kNever;
+    for (auto& a : arenas_) {
+      std::lock_guard<SpinLock> arena_lock(a->lock);
+      in_use += a->in_use;
+      for (int cls = 0; cls < kClasses; ++cls)
+        for (const Chunk* c = a->heads[cls]; c; c = c->free_next) {
+          (c->prev || c->next ? pieces : whole) += c->size;
+          uint64_t& largest = a.get() == &own ? largest_own : largest_other;
+          largest = std::max<uint64_t>(largest, c->size);
+        }
+    }
+  }
+  std::string remedy;
+  if (largest_other >= rounded)
+    remedy = format("%s: another stream's arena has %s bytes free in one piece",
+                    !order_   ? "the allocation on that stream (arenas over memory no stream uses do not lend)"
+                    : lending ? "a stream that may borrow (not the per-thread default stream) from one that "
+                                "may lend (not destroyed)"
+                              : "lending between streams (gpumem_pool_set_stream_reuse)",
+                    grouped(largest_other).c_str());
+  else if (largest_pending >= rounded)
+    remedy = "the end of the work on the streams that hold its pending frees";
+  else if (pieces + whole >= rounded)
+    remedy = format("free memory in one piece: %s bytes are free, the largest piece %s",
+                    grouped(pieces + whole).c_str(), grouped(std::max(largest_own, largest_other)).c_str());
+  else if (limit && reserved - whole + rounded > limit)
+    remedy = "a limit of at least " + grouped(reserved - whole + rounded) + " bytes";
+  else
+    remedy = "freeing " + grouped(rounded - pieces - whole) + " more bytes of what is in use";
+  const std::string where = device() >= 0 ? format("on device %d", device()) : std::string("of host memory");
+  const std::string limit_text = limit ? "limit " + grouped(limit) : std::string("no limit");
+  throw Error(GPUMEM_ERROR_OUT_OF_MEMORY,
+              format("out of memory allocating %s (rounded to %s) from the pool %s: %s bytes in use, pool holds %s "
+                     "bytes, %s; refused by %s. Of what the pool holds: %s in use, %s free in pieces of split "
+                     "blocks, %s in whole free blocks, %s pending on other streams' work; it would have taken %s",
+                     bytes(size).c_str(), grouped(rounded).c_str(), where.c_str(), grouped(in_use).c_str(),
+                     grouped(reserved).c_str(), limit_text.c_str(), why.c_str(), grouped(in_use).c_str(),
+                     grouped(pieces).c_str(), grouped(whole).c_str(), grouped(pending).c_str(), remedy.c_str()));
+}
+
+void Pool::collect_whole_blocks(Arena& arena, std::vector<Block>& out) {
+  out.reserve(out.size() + arena.free_blocks);  // so that nothing below can throw half way
+  for (int w = 0; w < kWords; ++w) {
+    for (uint64_t bits = arena.words[w]; bits; bits &= bits - 1) {
+      Chunk* c = arena.heads[(w << 6) + __builtin_ctzll(bits)];
+      while (c) {
+        Chunk* next = c->free_next;
+        if (!c->prev && !c->next) {
+          remove_free(arena, c);
+          out.push_back(Block{c->ptr, c->size, &arena, arena.stream()});
+          arena.chunks.erase(c->ptr);
+          delete_chunk(arena, c);
+        }
+        c = next;
+      }
+    }
+  }
+}
+
+uint64_t Pool::give_back(std::vector<Block>& blocks) {
+  std::exception_ptr first;
+  uint64_t returned = 0;
+  for (const Block& b : blocks) {
+    try {
+      upstream_->deallocate(reinterpret_cast<void*>(b.ptr), b.stream);
+      record(trace::Event::kUpstreamFree, b.size, b.size, reinterpret_cast<void*>(b.ptr), b.stream);
+      returned += b.size;
+      std::lock_guard<SpinLock> lock(mutex_);
+      stats_.on_unreserve(b.size);
+      segments_.erase(b.ptr);
+    } catch (...) {
+      if (!first) first = std::current_exception();
+      // Still the pool's: cache it again rather than lose track of it.
+      std::lock_guard<SpinLock> lock(b.arena->lock);
+      Chunk* c = new_chunk(*b.arena);
+      c->ptr = b.ptr;
+      c->size = b.size;
+      b.arena->chunks.emplace(c->ptr, c);
+      insert_free(*b.arena, c, size_class(c->size));
+    }
+  }
+  if (first) std::rethrow_exception(first);
+  return returned;
+}
+
+uint64_t Pool::return_cached_blocks(const uintptr_t* key) {
+  // The arenas are pinned while their blocks are in transit, so that a failure's re-caching finds
+  // them still the same streams'; an arena left with nothing is retired after.
+  std::vector<Arena*> arenas;
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    arenas.reserve(arenas_.size());
+    for (auto& a : arenas_) {
+      if (key && a->key() != *key) continue;
+      std::lock_guard<SpinLock> own(a->lock);
+      ++a->pins;
+      arenas.push_back(a.get());
+    }
+  }
+  std::exception_ptr first;
+  uint64_t returned = 0;
+  for (Arena* a : arenas) {
+    std::vector<Block> blocks;
+    try {
+      if (ranges_) {
+        returned += unmap_free(*a);
+      } else {
+        {
+          std::lock_guard<SpinLock> lock(a->lock);
+          collect_whole_blocks(*a, blocks);
+        }
+        returned += give_back(blocks);
+      }
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+    unpin(*a);
+  }
+  if (first) std::rethrow_exception(first);
+  return returned;
+}
+
+void Pool::release(gpumem_stream_t stream, bool all_streams) {
+  // Frees whose other streams have finished are free memory to the caller, so they go back too;
+  // the host does not wait for the others. A fence the driver cannot answer for keeps its chunk
+  // pending and is reported after the rest is returned.
+  std::exception_ptr unsettled;
+  try {
+    settle_pending(false);
+  } catch (const Error&) {
+    unsettled = std::current_exception();
+  }
+  const uintptr_t key = stream_key(stream);
+  return_cached_blocks(all_streams ? nullptr : &key);
+  if (unsettled) std::rethrow_exception(unsettled);
+}
+
+}  // namespace gpumem::pool
