@@ -5,6 +5,7 @@
 #include "capi/guard.hpp"
 #include "gpumem/cupy.h"
 #include "gpumem/torch.h"
+#include "pool/pool.hpp"
 
 using gpumem::fail;
 using gpumem::alloc::Allocator;
@@ -46,7 +47,10 @@ GPUMEM_API void gpumem_torch_free(void* ptr, ptrdiff_t size, int32_t device, gpu
   (void)size;
   // The status has nowhere to go: the guard leaves its detail for gpumem_last_error_detail().
   (void)guard([&] {
-    if (ptr) default_of(device)->deallocate(ptr, stream);
+    if (!ptr) return;
+    gpumem::alloc::Allocator* a = default_of(device);
+    gpumem::pool::Pool::refuse_if_held(a, ptr);
+    a->deallocate(ptr, stream);
   });
 }
 
@@ -63,7 +67,10 @@ GPUMEM_API void* gpumem_cupy_alloc(void* target, size_t size, int32_t device) {
 GPUMEM_API void gpumem_cupy_free(void* target, void* ptr, int32_t device) {
   (void)guard([&] {
     const gpumem_cupy_target_t& t = target_of(target);
-    if (ptr) allocator_of(t, device)->deallocate(ptr, t.stream);
+    if (!ptr) return;
+    gpumem::alloc::Allocator* a = allocator_of(t, device);
+    gpumem::pool::Pool::refuse_if_held(a, ptr);
+    a->deallocate(ptr, t.stream);
   });
 }
 

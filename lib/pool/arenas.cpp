@@ -2,6 +2,8 @@
 // the map of the blocks (or ranges) taken from the upstream; and which pool holds a block of an
 // upstream's, so that the upstream refuses to take it back from anyone else.
 #include <algorithm>
+#include <atomic>
+#include <cstring>
 #include <mutex>
 
 #include "pool/pool_parts.hpp"
@@ -12,20 +14,25 @@ namespace {
 // Every live pool, for holder_of(). Pools are made and destroyed rarely; the list is read only
 // when memory is freed through an allocator that something is built on.
 std::mutex pools_mutex;
+std::atomic<int> pools_on_pools{0};  // pools whose upstream is a pool: only then does a pool's free look
 std::vector<Pool*>& pools() {
   static auto* list = new std::vector<Pool*>;  // never destroyed: pools may outlive static destructors
   return *list;
 }
+
+bool is_pool(const alloc::Allocator* a) { return std::strcmp(a->kind(), "pool") == 0; }
 
 }  // namespace
 
 void Pool::enlist(Pool* pool) {
   std::lock_guard<std::mutex> lock(pools_mutex);
   pools().push_back(pool);
+  if (is_pool(pool->upstream_)) pools_on_pools.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Pool::delist(Pool* pool) {
   std::lock_guard<std::mutex> lock(pools_mutex);
+  if (is_pool(pool->upstream_)) pools_on_pools.fetch_sub(1, std::memory_order_relaxed);
   auto& list = pools();
   list.erase(std::remove(list.begin(), list.end(), pool), list.end());
 }
@@ -35,6 +42,17 @@ Pool* Pool::holder_of(const alloc::Allocator* upstream, const void* p) {
   for (Pool* pool : pools())
     if (pool->upstream_ == upstream && pool->holds(p)) return pool;
   return nullptr;
+}
+
+void Pool::refuse_if_held(const alloc::Allocator* upstream, const void* p) {
+  // Cheap for what has nothing built on it, and for a pool (a process default, say) unless some
+  // pool is built on a pool.
+  if (upstream->users() == 0 || (is_pool(upstream) && pools_on_pools.load(std::memory_order_relaxed) == 0)) return;
+  if (const Pool* pool = holder_of(upstream, p))
+    fail(GPUMEM_ERROR_NOT_OWNED,
+         "%p is held by the pool %p built on this %s allocator (in use or cached there): free it through that pool, "
+         "which returns it when it no longer needs it",
+         p, static_cast<const void*>(static_cast<const gpumem_allocator_s*>(pool)), upstream->kind());
 }
 
 bool Pool::holds(const void* p) { return segment_arena(reinterpret_cast<uintptr_t>(p)) != nullptr; }
@@ -77,10 +95,10 @@ Pool::Arena* Pool::make_arena(uintptr_t key, gpumem_stream_t stream) {
   }
   emptied_.clear();
   // Everything that can fail comes first: a failed call leaves no half-made arena.
-  arenas_.reserve(arenas_.size() + 1);
+  room_for_one(arenas_);
   ArenaTable* t = table_.load(std::memory_order_relaxed);
   if (2 * (t->live + 1) > t->mask + 1) {  // a new table, twice the size, at most half full
-    tables_.reserve(tables_.size() + 1);
+    room_for_one(tables_);
     auto bigger = std::make_unique<ArenaTable>(2 * (t->mask + 1));
     for (auto& a : arenas_) bigger->insert(a.get());
     t = bigger.get();
@@ -155,7 +173,7 @@ void Pool::retire_locked(Arena& arena) noexcept {
   ArenaLock own(arena.lock);
   if (arena.retired || arena.pins || !arena.chunks.empty()) return;
   try {
-    spare_arenas_.reserve(spare_arenas_.size() + 1);  // the object must be kept: readers may hold it
+    room_for_one(spare_arenas_);  // the object must be kept: readers may hold it
   } catch (...) {
     return;  // no memory to list it as spare: it stays, empty, for its stream
   }

@@ -58,7 +58,7 @@ Pool::Chunk* Pool::new_chunk(Arena& arena) {
   if (!arena.spare_chunks) {
     const size_t n = std::min(kMaxSlab, kFirstSlab << std::min<size_t>(arena.chunk_slabs.size(), 8));
     auto slab = std::make_unique<Chunk[]>(n);
-    arena.chunk_slabs.reserve(arena.chunk_slabs.size() + 1);
+    room_for_one(arena.chunk_slabs);
     for (size_t i = 0; i < n; ++i) {
       slab[i].free_next = arena.spare_chunks;
       arena.spare_chunks = &slab[i];
@@ -290,7 +290,7 @@ void Pool::do_deallocate(void* p, gpumem_stream_t stream) {
     fences.reserve(others.size());
     for (gpumem_stream_t other : others) fences.push_back(order_->record(other));
     std::lock_guard<SpinLock> shared(mutex_);
-    pending_frees_.reserve(pending_frees_.size() + 1);  // before fences move: a failure keeps them to release
+    room_for_one(pending_frees_);  // before fences move: a failure keeps them to release
     pending_frees_.push_back(Pending{c, std::move(fences)});
     // Counted as freed before a settler, which needs mutex_ to see it, can finish it.
     std::lock_guard<SpinLock> own(arena.lock);

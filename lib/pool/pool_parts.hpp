@@ -31,6 +31,13 @@ inline uintptr_t stream_key(gpumem_stream_t stream) {
   return value;
 }
 
+// Makes room for one more element, growing geometrically: reserve(size() + 1) would reallocate
+// exactly that much every time, which makes n insertions cost n^2. Throws before any change.
+template <typename Vector>
+void room_for_one(Vector& v) {
+  if (v.size() == v.capacity()) v.reserve(v.capacity() < 8 ? 8 : 2 * v.capacity());
+}
+
 // Arena::allocs_seen of an arena no other stream has looked into yet.
 constexpr uint64_t kNeverSeen = UINT64_MAX;
 

@@ -309,6 +309,59 @@ static void test_pool_ranges_one_range_per_stream(void** state) {
   destroy(f);
 }
 
+/* A reserve function that hands out the last range of the address space: its end, 2^64, wraps. */
+static int top_maps, top_unreserves;
+static gpumem_status_t top_reserve(void* context, size_t size, int32_t device, void** out_ptr) {
+  (void)context;
+  (void)device;
+  *out_ptr = (void*)(UINTPTR_MAX - size + 1);
+  return GPUMEM_SUCCESS;
+}
+static gpumem_status_t top_map(void* context, void* ptr, size_t size, int32_t device) {
+  (void)context;
+  (void)ptr;
+  (void)size;
+  (void)device;
+  ++top_maps;
+  return GPUMEM_SUCCESS;
+}
+static gpumem_status_t top_unreserve(void* context, void* ptr, size_t size, int32_t device) {
+  (void)context;
+  (void)ptr;
+  (void)size;
+  (void)device;
+  ++top_unreserves;
+  return GPUMEM_SUCCESS;
+}
+
+static void test_pool_ranges_range_at_the_top_refused(void** state) {
+  (void)state;
+  struct host_ranges r = {.unit = UNIT, .range_size = RANGE};
+  gpumem_allocator_functions_t fns = host_ranges_functions(&r);
+  fns.reserve = top_reserve;
+  fns.map = top_map;
+  fns.unreserve = top_unreserve;
+  gpumem_allocator_t* upstream = NULL;
+  assert_ok(gpumem_allocator_create_functions(&fns, &upstream));
+  gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
+  params.upstream = upstream;
+  gpumem_allocator_t* pool = NULL;
+  assert_ok(gpumem_pool_create(&params, &pool));
+  top_maps = top_unreserves = 0;
+  void* p = (void*)0x1;
+  const gpumem_status_t st = gpumem_alloc(pool, UNIT, NULL, &p);
+  assert_true(st != GPUMEM_SUCCESS);
+  assert_null(p);
+  assert_detail_contains("past the end of the address space");
+  assert_int_equal(top_maps, 0); /* nothing was mapped into it */
+  const gpumem_pool_info_t i = pool_info_of(pool);
+  assert_int_equal(i.total_bytes, 0);
+  assert_int_equal(i.address_bytes, 0);
+  assert_int_equal(i.arena_count, 0);
+  assert_ok(gpumem_allocator_destroy(pool));
+  assert_ok(gpumem_allocator_destroy(upstream));
+}
+
 static void test_pool_ranges_functions_bad_input(void** state) {
   (void)state;
   struct host_ranges r = {.unit = UNIT, .range_size = RANGE};
@@ -361,6 +414,7 @@ int main(void) {
       cmocka_unit_test(test_pool_ranges_no_addresses),
       cmocka_unit_test(test_pool_ranges_one_range_per_stream),
       cmocka_unit_test(test_pool_ranges_functions_bad_input),
+      cmocka_unit_test(test_pool_ranges_range_at_the_top_refused),
       cmocka_unit_test(test_pool_ranges_upstream_alone),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
