@@ -23,13 +23,13 @@ extern "C" {
 GPUMEM_API gpumem_status_t gpumem_device_alloc(int32_t device, size_t size, void** out_ptr) {
   return guard([&] {
     start_alloc(out_ptr, size);
-    *out_ptr = memory::device_alloc(device, size);
+    *out_ptr = memory::device_alloc(device, size, {"gpumem_device_alloc"});
   });
 }
 
 GPUMEM_API gpumem_status_t gpumem_device_free(void* ptr) {
   return guard([&] {
-    if (ptr) memory::device_free(ptr);
+    if (ptr) memory::device_free(ptr, {"gpumem_device_free"});
   });
 }
 
@@ -37,7 +37,7 @@ GPUMEM_API gpumem_status_t gpumem_device_alloc_async(int32_t device, size_t size
                                                      void** out_ptr) {
   return guard([&] {
     start_alloc(out_ptr, size);
-    *out_ptr = memory::device_alloc_async(device, size, stream);
+    *out_ptr = memory::device_alloc_async(device, size, stream, {"gpumem_device_alloc_async"});
   });
 }
 
@@ -46,26 +46,26 @@ GPUMEM_API gpumem_status_t gpumem_device_alloc_from_pool(gpumem_cuda_pool_t pool
   return guard([&] {
     start_alloc(out_ptr, size);
     require(pool != nullptr, "pool is NULL");
-    *out_ptr = memory::device_alloc_from_pool(pool, size, stream);
+    *out_ptr = memory::device_alloc_from_pool(pool, size, stream, {"gpumem_device_alloc_from_pool"});
   });
 }
 
 GPUMEM_API gpumem_status_t gpumem_device_free_async(void* ptr, gpumem_stream_t stream) {
   return guard([&] {
-    if (ptr) memory::device_free_async(ptr, stream);
+    if (ptr) memory::device_free_async(ptr, stream, {"gpumem_device_free_async"});
   });
 }
 
 GPUMEM_API gpumem_status_t gpumem_host_alloc(size_t size, uint32_t flags, void** out_ptr) {
   return guard([&] {
     start_alloc(out_ptr, size);
-    *out_ptr = memory::host_alloc(size, flags);
+    *out_ptr = memory::host_alloc(size, flags, {"gpumem_host_alloc"});
   });
 }
 
 GPUMEM_API gpumem_status_t gpumem_host_free(void* ptr) {
   return guard([&] {
-    if (ptr) memory::host_free(ptr);
+    if (ptr) memory::host_free(ptr, {"gpumem_host_free"});
   });
 }
 
@@ -73,7 +73,7 @@ GPUMEM_API gpumem_status_t gpumem_host_register(void* ptr, size_t size, uint32_t
   return guard([&] {
     require(ptr != nullptr, "ptr is NULL");
     require(size != 0, "size is 0");
-    memory::host_register(ptr, size, flags);
+    memory::host_register(ptr, size, flags, {"gpumem_host_register"});
   });
 }
 
@@ -85,7 +85,7 @@ GPUMEM_API gpumem_status_t gpumem_host_unregister(void* ptr) {
         pins && pins->registered_within(reinterpret_cast<uintptr_t>(ptr), 1))
       gpumem::fail(GPUMEM_ERROR_INVALID_POINTER,
                    "%p is registered by the pinning service; gpumem_unpin and gpumem_pin_forget release it", ptr);
-    memory::host_unregister(ptr);
+    memory::host_unregister(ptr, {"gpumem_host_unregister"});
   });
 }
 
@@ -101,18 +101,18 @@ GPUMEM_API gpumem_status_t gpumem_host_get_device_pointer(void* ptr, void** out_
 GPUMEM_API gpumem_status_t gpumem_managed_alloc(int32_t device, size_t size, uint32_t flags, void** out_ptr) {
   return guard([&] {
     start_alloc(out_ptr, size);
-    *out_ptr = memory::managed_alloc(device, size, flags);
+    *out_ptr = memory::managed_alloc(device, size, flags, {"gpumem_managed_alloc"});
   });
 }
 
 GPUMEM_API gpumem_status_t gpumem_managed_free(void* ptr) {
   return guard([&] {
-    if (ptr) memory::managed_free(ptr);
+    if (ptr) memory::managed_free(ptr, {"gpumem_managed_free"});
   });
 }
 
 GPUMEM_API gpumem_status_t gpumem_managed_prefetch(void* ptr, size_t size, int32_t location, gpumem_stream_t stream) {
-  return guard([&] { memory::managed_prefetch(ptr, size, location, stream); });
+  return guard([&] { memory::managed_prefetch(ptr, size, location, stream, {"gpumem_managed_prefetch"}); });
 }
 
 GPUMEM_API gpumem_status_t gpumem_managed_advise(void* ptr, size_t size, int32_t advice, int32_t location) {

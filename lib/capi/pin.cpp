@@ -4,6 +4,7 @@
 #include "pin/service.hpp"
 
 using gpumem::capi::guard;
+using gpumem::pin::CallScope;
 using gpumem::pin::service;
 
 namespace {
@@ -26,12 +27,16 @@ GPUMEM_API gpumem_status_t gpumem_pin(void* ptr, size_t size, uint32_t flags) {
   return guard([&] {
     const uintptr_t start = checked_range(ptr, size);
     if (flags != 0) gpumem::fail(GPUMEM_ERROR_INVALID_ARGUMENT, "flags 0x%x: pin takes no flags yet (pass 0)", flags);
+    const CallScope call("gpumem_pin");
     service().pin(start, size);
   });
 }
 
 GPUMEM_API gpumem_status_t gpumem_unpin(void* ptr, size_t size) {
-  return guard([&] { service().unpin(checked_range(ptr, size), size); });
+  return guard([&] {
+    const CallScope call("gpumem_unpin");
+    service().unpin(checked_range(ptr, size), size);
+  });
 }
 
 GPUMEM_API gpumem_status_t gpumem_pin_query(const void* ptr, size_t size, int32_t* out_state) {
@@ -53,15 +58,24 @@ GPUMEM_API gpumem_status_t gpumem_pin_query(const void* ptr, size_t size, int32_
 }
 
 GPUMEM_API gpumem_status_t gpumem_pin_forget(void* ptr, size_t size) {
-  return guard([&] { service().forget(checked_range(ptr, size), size); });
+  return guard([&] {
+    const CallScope call("gpumem_pin_forget");
+    service().forget(checked_range(ptr, size), size);
+  });
 }
 
 GPUMEM_API gpumem_status_t gpumem_pin_cache_flush(void) {
-  return guard([&] { service().flush(); });
+  return guard([&] {
+    const CallScope call("gpumem_pin_cache_flush");
+    service().flush();
+  });
 }
 
 GPUMEM_API gpumem_status_t gpumem_pin_cache_set_budget(uint64_t bytes) {
-  return guard([&] { service().set_budget(bytes); });
+  return guard([&] {
+    const CallScope call("gpumem_pin_cache_set_budget");
+    service().set_budget(bytes);
+  });
 }
 
 GPUMEM_API gpumem_status_t gpumem_pin_get_stats(gpumem_pin_stats_t* out_stats) {

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -253,6 +254,70 @@ void throw_result(CUresult result, const std::string& what) {
               format("%s: %s (%s; CUresult %d)%s", what.c_str(), name ? name : "unknown CUDA error",
                      message ? message : "no message", static_cast<int>(result), hint),
               static_cast<int32_t>(result));
+}
+
+namespace {
+
+const char* capture_state(CUstreamCaptureStatus status) {
+  return status == CU_STREAM_CAPTURE_STATUS_INVALIDATED ? " (its capture is invalidated already, and not yet ended)"
+                                                        : "";
+}
+
+std::string current_device_name(const Api& a) {
+  CUdevice dev = 0;
+  return a.cuCtxGetDevice(&dev) == CUDA_SUCCESS ? format("device %d's context", static_cast<int>(dev))
+                                                : std::string("the current context");
+}
+
+// What is being captured that synchronous work in the current context would break; empty if
+// nothing. Both answers come from cuStreamIsCapturing, which disturbs no capture: on the legacy
+// stream it reports a capture on a blocking stream of the context as CUDA_ERROR_STREAM_CAPTURE_IMPLICIT.
+std::string capturing_here(const Api& a) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUresult legacy = a.cuStreamIsCapturing(CU_STREAM_LEGACY, &status);
+  if (legacy == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
+    return format(
+        "a blocking stream of %s is being captured, which ties up the legacy stream that synchronous work "
+        "uses (cuStreamIsCapturing on the legacy stream answers CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)",
+        current_device_name(a).c_str());
+  if (legacy != CUDA_SUCCESS) throw_result(legacy, "cuStreamIsCapturing(CU_STREAM_LEGACY)");
+  status = CU_STREAM_CAPTURE_STATUS_NONE;
+  check(a.cuStreamIsCapturing(CU_STREAM_PER_THREAD, &status), "cuStreamIsCapturing(CU_STREAM_PER_THREAD)");
+  if (status != CU_STREAM_CAPTURE_STATUS_NONE)
+    return format("the calling thread's per-thread default stream of %s is being captured%s",
+                  current_device_name(a).c_str(), capture_state(status));
+  return {};
+}
+
+}  // namespace
+
+void refuse_during_capture(const char* fn, const char* work, const char* instead,
+                           std::initializer_list<CUcontext> contexts, CUstream stream) {
+  const Api& a = api();
+  std::string what;
+  if (!is_legacy_stream(stream) && stream != CU_STREAM_PER_THREAD) {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    check(a.cuStreamIsCapturing(stream, &status), "cuStreamIsCapturing (is the stream valid?)");
+    if (status != CU_STREAM_CAPTURE_STATUS_NONE)
+      what = format("stream %p is being captured%s", static_cast<void*>(stream), capture_state(status));
+  }
+  bool asked = false;
+  for (auto it = contexts.begin(); what.empty() && it != contexts.end(); ++it) {
+    if (!*it || std::find(contexts.begin(), it, *it) != it) continue;
+    ContextScope scope(*it);
+    what = capturing_here(a);
+    asked = true;
+  }
+  if (what.empty() && !asked) {
+    ContextScope scope(current_context());
+    what = capturing_here(a);
+  }
+  if (what.empty()) return;
+  throw Error(GPUMEM_ERROR_STREAM_CAPTURE,
+              format("%s: refused while a stream is being captured into a CUDA graph: %s, and %s would break the "
+                     "capture (the driver refuses it and invalidates the capture). Nothing was done and the capture "
+                     "is still valid; %s",
+                     fn, what.c_str(), work, instead));
 }
 
 RelaxedCaptureScope::RelaxedCaptureScope() {

@@ -4,6 +4,8 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
+#include <initializer_list>
+
 #include "core/error.hpp"
 #include "driver/entry_points.h"
 
@@ -78,6 +80,22 @@ class RelaxedCaptureScope {
  private:
   CUstreamCaptureMode previous_ = CU_STREAM_CAPTURE_MODE_RELAXED;
 };
+
+// Refuses synchronous work while a capture into a CUDA graph is in progress that the work would
+// break: the driver refuses such a call and invalidates the capture, so the check comes first, as
+// CuPy's does. Throws GPUMEM_ERROR_STREAM_CAPTURE ("<fn>: ... <work> ...; <instead>") when, in one
+// of the contexts (null ones skipped; none given: the current one),
+//   - a blocking stream is capturing (the legacy stream, which synchronous work uses, answers
+//     CUDA_ERROR_STREAM_CAPTURE_IMPLICIT then), in any capture mode and on any thread;
+//   - the calling thread's per-thread default stream is capturing;
+// or the stream given (NULL: none) is. Captures on non-blocking streams that the call is not given
+// are invisible to the driver's queries, and are left to the driver. Only cuStreamIsCapturing is
+// asked, which leaves every capture as it is; three calls or so per context, off the fast paths.
+void refuse_during_capture(const char* fn, const char* work, const char* instead,
+                           std::initializer_list<CUcontext> contexts = {}, CUstream stream = nullptr);
+
+// The legacy default stream, as a stream argument names it (NULL, or CU_STREAM_LEGACY).
+inline bool is_legacy_stream(CUstream stream) { return stream == nullptr || stream == CU_STREAM_LEGACY; }
 
 // Makes a context current for the scope, restoring the caller's afterwards; does nothing if it
 // is current already.

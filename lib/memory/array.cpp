@@ -110,6 +110,8 @@ gpumem_array_t* array_create(const gpumem_array_desc_t& desc) {
     reg.live.reserve(reg.live.size() + 1);  // so that registering the new array cannot fail
   }
   driver::ContextScope scope(ctx);
+  driver::refuse_during_capture("gpumem_array_create", "creating a CUDA array (cuArray3DCreate)",
+                                "create it before the capture begins or after it ends");
   const driver::Api& a = driver::api();
   const CUresult r = a.cuArray3DCreate(&array->handle, &cd);
   if (r != CUDA_SUCCESS)
@@ -147,6 +149,8 @@ void array_destroy(gpumem_array_t* array) {
   try {
     driver::unless_shut_down([&] {
       driver::ContextScope scope(owned->context);
+      driver::refuse_during_capture("gpumem_array_destroy", "destroying a CUDA array (cuArrayDestroy)",
+                                    "destroy it after the capture ends");
       driver::check(driver::api().cuArrayDestroy(owned->handle), "cuArrayDestroy");
     });
   } catch (...) {

@@ -14,6 +14,22 @@ void require_no_wrap(const void* p, size_t size, const char* role) {
          grouped(size).c_str());
 }
 
+// The check gpumem_memset(), gpumem_copy() and their _async forms on the legacy stream make, with
+// the context of the work current; ctx is another context the work touches, or NULL.
+void refuse_during_capture(const char* fn, bool async, CUstream stream, const char* sync_work, const char* async_fn,
+                           CUcontext ctx) {
+  if (!async) {
+    driver::refuse_during_capture(
+        fn, sync_work,
+        format("queue it on the capturing stream with %s, or call %s after the capture ends", async_fn, fn).c_str(),
+        {driver::current_context(), ctx});
+  } else if (driver::is_legacy_stream(stream)) {
+    driver::refuse_during_capture(fn, "work queued on the legacy stream",
+                                  "queue it on the capturing stream, or on a stream of your own",
+                                  {driver::current_context(), ctx});
+  }
+}
+
 }  // namespace
 
 void wait_legacy_stream(const char* what) { driver::check(driver::api().cuStreamSynchronize(CU_STREAM_LEGACY), what); }
@@ -40,6 +56,8 @@ void memset(void* dst, uint32_t value, unsigned element_size, size_t count, CUst
   require_within_allocation(dst, total, info, "dst");
   const driver::Api& a = driver::api();
   driver::ContextScope scope(async ? context_for(stream, info) : context_of(info));
+  refuse_during_capture(async ? "gpumem_memset_async" : "gpumem_memset", async, stream, "a synchronous memset",
+                        "gpumem_memset_async", nullptr);
   CUresult r;
   const CUdeviceptr d = address(dst);
   switch (element_size) {
@@ -79,6 +97,11 @@ void copy(void* dst, const void* src, size_t size, CUstream stream, bool async) 
   const PointerInfo& device_side = to.memory_type != GPUMEM_MEMORY_UNREGISTERED ? to : from;
   const driver::Api& a = driver::api();
   driver::ContextScope scope(async ? context_for(stream, device_side) : context_of(device_side));
+  // A copy between the memory of two devices runs on both.
+  const PointerInfo& other_side = &device_side == &to ? from : to;
+  refuse_during_capture(async ? "gpumem_copy_async" : "gpumem_copy", async, stream, "a synchronous copy",
+                        "gpumem_copy_async",
+                        other_side.memory_type == GPUMEM_MEMORY_DEVICE ? context_of(other_side) : nullptr);
   if (to.memory_type == GPUMEM_MEMORY_DEVICE && from.memory_type == GPUMEM_MEMORY_DEVICE && to.device != from.device)
     ensure_peer_access(to.device, from.device);
   // Plain host memory on one side and device memory on the other: gpumem's staging is faster than

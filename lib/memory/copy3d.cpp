@@ -239,13 +239,27 @@ void copy3d(CopyRegion r, CUstream stream, bool async) {
   }
   check_overlap(d, s, r);
 
-  if (try_kernel(d, s, r, stream, async)) return;
-
-  const driver::Api& a = driver::api();
   const CUcontext dc = d.context(), sc = s.context();
   const Side& device_side = d.on_device() ? d : s.on_device() ? s : dc ? d : s;
   const CUcontext work = async ? driver::stream_context(stream) : nullptr;
-  driver::ContextScope scope(work ? work : device_side.context() ? device_side.context() : driver::current_context());
+  const CUcontext here = work ? work : device_side.context() ? device_side.context() : driver::current_context();
+  if (!async || driver::is_legacy_stream(stream)) {
+    // Before gpumem's kernel too, which a synchronous copy launches on the legacy stream. The
+    // contexts of both sides: a copy between the memory of two devices runs on both.
+    const std::string fn = format("gpumem_copy%dd%s", r.rank, async ? "_async" : "");
+    const std::string instead = async ? std::string("queue it on the capturing stream, or on a stream of your own")
+                                      : format(
+                                            "queue it on the capturing stream with gpumem_copy%dd_async, or call "
+                                            "%s after the capture ends",
+                                            r.rank, fn.c_str());
+    driver::refuse_during_capture(fn.c_str(), async ? "work queued on the legacy stream" : "a synchronous copy",
+                                  instead.c_str(), {here, d.on_device() ? dc : nullptr, s.on_device() ? sc : nullptr});
+  }
+
+  if (try_kernel(d, s, r, stream, async)) return;
+
+  const driver::Api& a = driver::api();
+  driver::ContextScope scope(here);
   CUresult result;
   if (d.on_device() && s.on_device() && dc != sc) {
     ensure_peer_access(d.device(), s.device());

@@ -40,25 +40,40 @@ inline bool copy_lands_later(const PointerInfo& dst) {
 // Throws GPUMEM_ERROR_INVALID_POINTER if [p, p + size) runs past the end of its allocation.
 void require_within_allocation(const void* p, size_t size, const PointerInfo& info, const char* role);
 
-void* device_alloc(int device, size_t size);
-void device_free(void* p);
-void* device_alloc_async(int device, size_t size, CUstream stream);
-void* device_alloc_from_pool(CUmemoryPool pool, size_t size, CUstream stream);
-void device_free_async(void* p, CUstream stream);
+// Who a raw call serves, for the capture check it makes before it reaches the driver
+// (driver::refuse_during_capture): the public function, named in the detail, and a stream the
+// caller was given, whose capture is seen even on a non-blocking stream. Without fn there is no
+// check: the caller has made it, or decides otherwise. The synchronous calls check in every case;
+// the stream-ordered ones only on the legacy stream, which a capture on a blocking stream ties up.
+struct Caller {
+  const char* fn = nullptr;
+  CUstream stream = nullptr;
+};
+inline void refuse_during_capture(const Caller& caller, const char* work, const char* instead,
+                                  std::initializer_list<CUcontext> contexts = {}) {
+  if (caller.fn) driver::refuse_during_capture(caller.fn, work, instead, contexts, caller.stream);
+}
 
-void* host_alloc(size_t size, unsigned flags);
-void host_free(void* p);
-void host_register(void* p, size_t size, unsigned flags);
-void host_unregister(void* p);
+void* device_alloc(int device, size_t size, Caller caller = {});
+void device_free(void* p, Caller caller = {});
+void* device_alloc_async(int device, size_t size, CUstream stream, Caller caller = {});
+void* device_alloc_from_pool(CUmemoryPool pool, size_t size, CUstream stream, Caller caller = {});
+void device_free_async(void* p, CUstream stream, Caller caller = {});
+
+void* host_alloc(size_t size, unsigned flags, Caller caller = {});
+void host_free(void* p, Caller caller = {});
+void host_register(void* p, size_t size, unsigned flags, Caller caller = {});
+void host_unregister(void* p, Caller caller = {});
 void* host_device_pointer(void* p);
 
-void* managed_alloc(int device, size_t size, unsigned flags);
-void managed_free(void* p);
-void managed_prefetch(void* p, size_t size, int location, CUstream stream);
+void* managed_alloc(int device, size_t size, unsigned flags, Caller caller = {});
+void managed_free(void* p, Caller caller = {});
+void managed_prefetch(void* p, size_t size, int location, CUstream stream, Caller caller = {});
 void managed_advise(void* p, size_t size, int advice, int location);
 void managed_range_info(const void* p, size_t size, gpumem_managed_range_info_t& out);
 
-// A null stream with async == false is the synchronous form.
+// A null stream with async == false is the synchronous form. Both check for a capture first, as
+// gpumem_memset() / gpumem_copy() (or their _async forms on the legacy stream), which they serve.
 void memset(void* dst, uint32_t value, unsigned element_size, size_t count, CUstream stream, bool async);
 void copy(void* dst, const void* src, size_t size, CUstream stream, bool async);
 
@@ -74,6 +89,7 @@ struct CopyRegion {
   size_t width, height, depth;
   int rank;  // 2 or 3: what the caller called, for messages
 };
+// Checks for a capture as gpumem_copy2d() or gpumem_copy3d() (by rank), or their _async forms.
 void copy3d(CopyRegion region, CUstream stream, bool async);
 
 // The synchronous forms queue on the legacy stream and wait for it: cuMemcpy between two device
@@ -89,6 +105,7 @@ bool ensure_peer_access(int a, int b);
 // a capturing stream, all staging buffers busy).
 bool staged_copy(void* dst, const void* src, size_t size, bool to_device, CUstream stream, bool async);
 size_t staging_held();
+// Refused as gpumem_copy_staging_release() during a capture, when it holds buffers to free.
 void staging_release();
 // Copies host memory as staging does: split over its worker threads when large. For tests.
 void host_copy(void* dst, const void* src, size_t size);

@@ -13,6 +13,10 @@ constexpr unsigned kHostRegisterFlags = GPUMEM_HOST_REGISTER_PORTABLE | GPUMEM_H
 
 CUdeviceptr address(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
 
+// Stream-ordered work on the legacy stream, which a capture on a blocking stream ties up.
+constexpr const char* kLegacyWork = "work queued on the legacy stream";
+constexpr const char* kLegacyInstead = "queue it on the capturing stream, or on a stream of your own";
+
 int device_of(CUcontext ctx) {
   driver::ContextScope scope(ctx);
   CUdevice dev = 0;
@@ -100,24 +104,29 @@ PointerInfo require_managed_range(const void* p, size_t size, const char* fn) {
 
 }  // namespace
 
-void* device_alloc(int device, size_t size) {
+void* device_alloc(int device, size_t size, Caller caller) {
   const driver::Api& a = driver::device_api();
   driver::ContextScope scope(driver::primary_context(device));
+  refuse_during_capture(caller, "allocating device memory synchronously (cuMemAlloc)",
+                        "allocate before the capture begins or after it ends, or with gpumem_device_alloc_async on "
+                        "the capturing stream");
   CUdeviceptr p = 0;
   const CUresult r = a.cuMemAlloc(&p, size);
   if (r != CUDA_SUCCESS) throw_alloc_failure(r, "cuMemAlloc", size, device);
   return reinterpret_cast<void*>(p);
 }
 
-void device_free(void* p) {
+void device_free(void* p, Caller caller) {
   driver::unless_shut_down([&] {
     const PointerInfo info = check_allocation_start(p, GPUMEM_MEMORY_DEVICE, "gpumem_device_free");
     driver::ContextScope scope(context_of(info));
+    refuse_during_capture(caller, "freeing device memory synchronously (cuMemFree)",
+                          "free it after the capture ends, or with gpumem_device_free_async on the capturing stream");
     check_free(driver::api().cuMemFree(address(p)), "cuMemFree", p, "not an allocation of gpumem_device_alloc");
   });
 }
 
-void* device_alloc_async(int device, size_t size, CUstream stream) {
+void* device_alloc_async(int device, size_t size, CUstream stream, Caller caller) {
   const driver::Api& a = driver::device_api();
   const CUcontext primary = driver::primary_context(device);
   CUcontext ctx = driver::stream_context(stream);
@@ -128,35 +137,40 @@ void* device_alloc_async(int device, size_t size, CUstream stream) {
       fail(GPUMEM_ERROR_INVALID_ARGUMENT, "the stream belongs to device %d, not device %d", stream_device, device);
   }
   driver::ContextScope scope(ctx);
+  if (driver::is_legacy_stream(stream)) refuse_during_capture(caller, kLegacyWork, kLegacyInstead);
   CUdeviceptr p = 0;
   const CUresult r = a.cuMemAllocAsync(&p, size, stream);
   if (r != CUDA_SUCCESS) throw_alloc_failure(r, "cuMemAllocAsync", size, device);
   return reinterpret_cast<void*>(p);
 }
 
-void* device_alloc_from_pool(CUmemoryPool pool, size_t size, CUstream stream) {
+void* device_alloc_from_pool(CUmemoryPool pool, size_t size, CUstream stream, Caller caller) {
   const driver::Api& a = driver::device_api();
   CUcontext ctx = driver::stream_context(stream);
   driver::ContextScope scope(ctx ? ctx : driver::current_context());
+  if (driver::is_legacy_stream(stream)) refuse_during_capture(caller, kLegacyWork, kLegacyInstead);
   CUdeviceptr p = 0;
   const CUresult r = a.cuMemAllocFromPoolAsync(&p, size, pool, stream);
   if (r != CUDA_SUCCESS) throw_alloc_failure(r, "cuMemAllocFromPoolAsync", size, -1);
   return reinterpret_cast<void*>(p);
 }
 
-void device_free_async(void* p, CUstream stream) {
+void device_free_async(void* p, CUstream stream, Caller caller) {
   driver::unless_shut_down([&] {
     const PointerInfo info = check_allocation_start(p, GPUMEM_MEMORY_DEVICE, "gpumem_device_free_async");
     driver::ContextScope scope(context_for(stream, info));
+    if (driver::is_legacy_stream(stream)) refuse_during_capture(caller, kLegacyWork, kLegacyInstead);
     check_free(driver::api().cuMemFreeAsync(address(p), stream), "cuMemFreeAsync", p, "not a device allocation");
   });
 }
 
-void* host_alloc(size_t size, unsigned flags) {
+void* host_alloc(size_t size, unsigned flags, Caller caller) {
   if (flags & ~kHostAllocFlags)
     fail(GPUMEM_ERROR_INVALID_ARGUMENT, "unknown host allocation flags 0x%x", flags & ~kHostAllocFlags);
   const driver::Api& a = driver::device_api();
   driver::ContextScope scope(driver::current_context());
+  refuse_during_capture(caller, "allocating page-locked host memory (cuMemHostAlloc)",
+                        "allocate before the capture begins or after it ends");
   void* p = nullptr;
   const CUresult r = a.cuMemHostAlloc(&p, size, flags);
   if (r == CUDA_ERROR_OUT_OF_MEMORY)
@@ -168,16 +182,17 @@ void* host_alloc(size_t size, unsigned flags) {
   return p;
 }
 
-void host_free(void* p) {
+void host_free(void* p, Caller caller) {
   driver::unless_shut_down([&] {
     const PointerInfo info = check_allocation_start(p, GPUMEM_MEMORY_HOST, "gpumem_host_free");
     driver::ContextScope scope(context_of(info));
+    refuse_during_capture(caller, "freeing page-locked host memory (cuMemFreeHost)", "free it after the capture ends");
     check_free(driver::api().cuMemFreeHost(p), "cuMemFreeHost", p,
                "not a pinned allocation; a registered range is released with gpumem_host_unregister");
   });
 }
 
-void host_register(void* p, size_t size, unsigned flags) {
+void host_register(void* p, size_t size, unsigned flags, Caller caller) {
   if (flags & ~kHostRegisterFlags)
     fail(GPUMEM_ERROR_INVALID_ARGUMENT, "unknown host register flags 0x%x", flags & ~kHostRegisterFlags);
   require_range_arguments(p, size);
@@ -193,13 +208,15 @@ void host_register(void* p, size_t size, unsigned flags) {
   }
   const driver::Api& a = driver::device_api();
   driver::ContextScope scope(driver::current_context());
+  refuse_during_capture(caller, "page-locking host memory (cuMemHostRegister)",
+                        "register it before the capture begins or after it ends");
   const CUresult r = a.cuMemHostRegister(p, size, flags);
   if (r != CUDA_SUCCESS)
     driver::throw_result(r, format("cuMemHostRegister(%p, %s bytes, flags 0x%x)", p, grouped(size).c_str(), flags));
 }
 
 namespace {
-void host_unregister_now(void* p) {
+void host_unregister_now(void* p, const Caller& caller) {
   const PointerInfo info = pointer_info(p);
   if (info.memory_type != GPUMEM_MEMORY_HOST)
     fail(GPUMEM_ERROR_INVALID_POINTER, "gpumem_host_unregister: %p is %s, not a registered host range", p,
@@ -209,6 +226,8 @@ void host_unregister_now(void* p) {
          "gpumem_host_unregister: %p lies %s inside the page-locked range at %p; pass its start", p,
          bytes(reinterpret_cast<uintptr_t>(p) - info.base).c_str(), reinterpret_cast<void*>(info.base));
   driver::ContextScope scope(context_of(info));
+  refuse_during_capture(caller, "unregistering host memory (cuMemHostUnregister)",
+                        "unregister it after the capture ends");
   const CUresult r = driver::api().cuMemHostUnregister(p);
   if (r == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED || r == CUDA_ERROR_INVALID_VALUE)
     throw Error(GPUMEM_ERROR_INVALID_POINTER,
@@ -220,8 +239,8 @@ void host_unregister_now(void* p) {
 }
 }  // namespace
 
-void host_unregister(void* p) {
-  driver::unless_shut_down([&] { host_unregister_now(p); });
+void host_unregister(void* p, Caller caller) {
+  driver::unless_shut_down([&] { host_unregister_now(p, caller); });
 }
 
 void* host_device_pointer(void* p) {
@@ -238,28 +257,31 @@ void* host_device_pointer(void* p) {
   return reinterpret_cast<void*>(d);
 }
 
-void* managed_alloc(int device, size_t size, unsigned flags) {
+void* managed_alloc(int device, size_t size, unsigned flags, Caller caller) {
   if (flags == 0) flags = GPUMEM_MANAGED_ATTACH_GLOBAL;
   if (flags != GPUMEM_MANAGED_ATTACH_GLOBAL && flags != GPUMEM_MANAGED_ATTACH_HOST)
     fail(GPUMEM_ERROR_INVALID_ARGUMENT,
          "managed flags 0x%x: pass 0, GPUMEM_MANAGED_ATTACH_GLOBAL or GPUMEM_MANAGED_ATTACH_HOST", flags);
   const driver::Api& a = driver::device_api();
   driver::ContextScope scope(driver::primary_context(device));
+  refuse_during_capture(caller, "allocating managed memory (cuMemAllocManaged)",
+                        "allocate before the capture begins or after it ends");
   CUdeviceptr p = 0;
   const CUresult r = a.cuMemAllocManaged(&p, size, flags);
   if (r != CUDA_SUCCESS) throw_alloc_failure(r, "cuMemAllocManaged", size, device);
   return reinterpret_cast<void*>(p);
 }
 
-void managed_free(void* p) {
+void managed_free(void* p, Caller caller) {
   driver::unless_shut_down([&] {
     const PointerInfo info = check_allocation_start(p, GPUMEM_MEMORY_MANAGED, "gpumem_managed_free");
     driver::ContextScope scope(context_of(info));
+    refuse_during_capture(caller, "freeing managed memory (cuMemFree)", "free it after the capture ends");
     check_free(driver::api().cuMemFree(address(p)), "cuMemFree", p, "not a managed allocation");
   });
 }
 
-void managed_prefetch(void* p, size_t size, int location, CUstream stream) {
+void managed_prefetch(void* p, size_t size, int location, CUstream stream, Caller caller) {
   require_range_arguments(p, size);
   require_location_value(location);
   require_location_present(location);
@@ -275,6 +297,7 @@ void managed_prefetch(void* p, size_t size, int location, CUstream stream) {
       fail(GPUMEM_ERROR_NOT_SUPPORTED, "device %d has no concurrent managed access, which prefetching needs", location);
   }
   driver::ContextScope scope(context_for(stream, info));
+  if (driver::is_legacy_stream(stream)) refuse_during_capture(caller, kLegacyWork, kLegacyInstead);
   const CUresult r = a.cuMemPrefetchAsync(address(p), size, location_of(location), 0, stream);
   if (r != CUDA_SUCCESS)
     driver::throw_result(r, format("cuMemPrefetchAsync(%p, %s bytes, to %s %d)", p, grouped(size).c_str(),

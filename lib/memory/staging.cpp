@@ -409,6 +409,17 @@ size_t staging_held() { return staging().held.load(std::memory_order_relaxed); }
 
 void staging_release() {
   Staging& s = staging();
+  // Freeing page-locked buffers (and waiting for their last copies) during a capture would break it.
+  std::vector<CUcontext> contexts;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    for (StagingSet& set : s.sets)
+      if (!set.in_use && (set.buffers[0] || set.events_context)) contexts.push_back(set.events_context);
+  }
+  for (CUcontext ctx : contexts)
+    driver::refuse_during_capture("gpumem_copy_staging_release",
+                                  "freeing the staging buffers (cuEventSynchronize, cuMemFreeHost)",
+                                  "release them after the capture ends", {ctx});
   for (StagingSet& set : s.sets) {
     {
       std::lock_guard<std::mutex> lock(s.mutex);

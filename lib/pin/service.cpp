@@ -14,13 +14,17 @@ namespace {
 
 constexpr uint64_t kDefaultBudget = uint64_t{1} << 30;
 
+thread_local const char* current_call = nullptr;  // see CallScope
+
+memory::Caller caller(const char* otherwise) { return {current_call ? current_call : otherwise}; }
+
 class DriverBackend final : public Backend {
  public:
   void lock_pages(uintptr_t start, size_t size) override {
     // Portable and mapped: one registration serves every device.
     try {
       memory::host_register(reinterpret_cast<void*>(start), size,
-                            GPUMEM_HOST_REGISTER_PORTABLE | GPUMEM_HOST_REGISTER_DEVICEMAP);
+                            GPUMEM_HOST_REGISTER_PORTABLE | GPUMEM_HOST_REGISTER_DEVICEMAP, caller("gpumem_pin"));
     } catch (const Error& e) {
       if (e.status() != GPUMEM_ERROR_ALREADY_REGISTERED) throw;
       throw Error(GPUMEM_ERROR_INVALID_POINTER,
@@ -30,7 +34,9 @@ class DriverBackend final : public Backend {
                   e.cuda_result());
     }
   }
-  void unlock_pages(uintptr_t start, size_t) override { memory::host_unregister(reinterpret_cast<void*>(start)); }
+  void unlock_pages(uintptr_t start, size_t) override {
+    memory::host_unregister(reinterpret_cast<void*>(start), caller("gpumem_unpin"));
+  }
 };
 
 uint64_t budget_from_environment() {
@@ -57,5 +63,8 @@ PinMap& service() {
 }
 
 PinMap* started_service() { return started.load(std::memory_order_acquire); }
+
+CallScope::CallScope(const char* fn) : previous_(current_call) { current_call = fn; }
+CallScope::~CallScope() { current_call = previous_; }
 
 }  // namespace gpumem::pin

@@ -1,9 +1,12 @@
-/* Test-only access to a few driver calls gpumem does not offer (streams, the default memory
- * pool), opened at run time as the library does. Only for GPU tests, after require_gpu(). */
+/* Test-only access to a few driver calls gpumem does not offer (streams, captures, the default
+ * memory pool), opened at run time as the library does: the driver GPUMEM_CUDA_DRIVER names (the
+ * fake driver of tests/driver, which has the stream and capture calls too), else libcuda.so.1. For
+ * GPU tests, after require_gpu(), and for tests over the fake. */
 #ifndef GPUMEM_TEST_CUDA_H
 #define GPUMEM_TEST_CUDA_H
 
 #include <dlfcn.h>
+#include <stdlib.h>
 
 #include "test_util.h"
 
@@ -16,7 +19,10 @@ typedef int (*test_cu_fn_pool)(gpumem_cuda_pool_t* pool, int dev);
 
 static inline void* test_cu_symbol(const char* name) {
   static void* lib = NULL;
-  if (!lib) lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    const char* driver = getenv("GPUMEM_CUDA_DRIVER");
+    lib = dlopen(driver && *driver ? driver : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  }
   assert_non_null(lib);
   void* fn = dlsym(lib, name);
   assert_non_null(fn);

@@ -33,7 +33,32 @@
  * cuMemHostUnregister takes exactly a registration's start, else
  * CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED. cuPointerGetAttributes reports an address inside a
  * registration's bytes as page-locked host memory with that registration's start and size. The
- * tests read the ledger and inject failures through the fake_cuda_* functions at the end. */
+ * tests read the ledger and inject failures through the fake_cuda_* functions at the end.
+ *
+ * Streams and graph capture follow the driver's rules (cuStreamBeginCapture,
+ * cuThreadExchangeStreamCaptureMode), so that a call gpumem makes during a capture breaks it here as
+ * it would there. Streams come from cuStreamCreate, blocking (flags 0) or not, in the current
+ * context; each thread has a per-thread default stream in each context, blocking like the driver's.
+ * A capture has a mode and the thread that began it; each thread has a capture interaction mode
+ * (global at first). While a capture is in progress (begun, not yet ended):
+ *   - work on a capturing stream is captured, not done: a node of the graph, and success;
+ *   - any use of the legacy stream of a context (the synchronous copies and memsets, which run
+ *     there, work queued on it, cuStreamSynchronize of it) while a blocking stream of that context
+ *     is capturing fails with CUDA_ERROR_STREAM_CAPTURE_IMPLICIT and invalidates those captures, in
+ *     every mode and from every thread;
+ *   - a potentially unsafe call (allocations and frees, host registration, the synchronous copies
+ *     and memsets, arrays, loading a module, enabling peer access, cuCtxSynchronize) fails with
+ *     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the captures that prohibit it: from a
+ *     thread in global mode, its own captures not begun in relaxed mode and every other thread's
+ *     begun in global mode; in thread-local mode its own not begun in relaxed mode; in relaxed mode
+ *     none;
+ *   - synchronizing a capturing stream, or a context one of whose streams captures, fails with
+ *     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates those captures.
+ * cuStreamIsCapturing disturbs nothing: on the legacy stream while a blocking stream of the current
+ * context captures it answers CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, as the driver does. cuStreamEndCapture
+ * of an invalidated capture ends it with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED and no graph. The
+ * tests reach streams and captures through the driver's own exported names (cuStreamCreate,
+ * cuStreamBeginCapture_v2, cuStreamEndCapture, cuGraphDestroy, ...), as they do on a GPU. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <pthread.h>
@@ -68,6 +93,7 @@ static char primary_contexts[FAKE_MAX_DEVICES];
 struct context_stack {
   int depth;
   CUcontext items[64];
+  CUstreamCaptureMode capture_mode; /* the thread's capture interaction mode; 0 is global */
 };
 static pthread_key_t stack_key;
 static pthread_once_t stack_once = PTHREAD_ONCE_INIT;
@@ -269,6 +295,15 @@ static const struct {
      "part or all of the requested memory range is already mapped"},
     {CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
      "pointer does not correspond to a registered memory region"},
+    {CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE", "the operation cannot be performed in the present state"},
+    {CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+     "operation not permitted when stream is capturing"},
+    {CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+     "operation failed due to a previous error during capture"},
+    {CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
+     "operation would make the legacy stream depend on a capturing blocking stream"},
+    {CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
+     "attempt to terminate a thread-local capture sequence from another thread"},
 };
 
 static CUresult describe(CUresult code, const char** out, int message) {
@@ -291,6 +326,157 @@ static CUresult describe(CUresult code, const char** out, int message) {
 #define REQUIRE_CONTEXT() \
   REQUIRE_INIT();         \
   if (current_context() == NULL) return CUDA_ERROR_INVALID_CONTEXT
+
+/* ---- Streams and graph capture ---------------------------------------------------------------- */
+
+/* Streams are slots in here, under capture_mutex; a handle is a slot's address. Slots are never
+ * reused, so a destroyed stream's handle stays unknown. */
+#define FAKE_MAX_STREAMS 4096
+struct fake_stream {
+  int live;
+  unsigned int flags; /* CU_STREAM_NON_BLOCKING or 0 */
+  CUcontext context;
+  int per_thread; /* the per-thread default stream of owner in context */
+  pthread_t owner;
+  CUstreamCaptureStatus status; /* NONE, or the capture's: ACTIVE or INVALIDATED until it is ended */
+  CUstreamCaptureMode mode;     /* the capture's */
+  pthread_t capturer;
+  size_t nodes; /* work captured */
+};
+struct fake_graph {
+  size_t nodes;
+};
+static pthread_mutex_t capture_mutex = PTHREAD_MUTEX_INITIALIZER;
+static struct fake_stream streams[FAKE_MAX_STREAMS];
+static size_t stream_count;
+/* Captures in progress, also read without the lock (__atomic): with none, no call pays for the rules. */
+static int captures;
+static size_t invalidating_calls, captured_calls;
+
+static int capturing(void) { return __atomic_load_n(&captures, __ATOMIC_ACQUIRE) != 0; }
+static int in_capture(const struct fake_stream* s) { return s->live && s->status != CU_STREAM_CAPTURE_STATUS_NONE; }
+static int blocking(const struct fake_stream* s) { return !(s->flags & CU_STREAM_NON_BLOCKING); }
+
+static CUstreamCaptureMode thread_capture_mode(void) {
+  const struct context_stack* t = context_stack();
+  return t ? t->capture_mode : CU_STREAM_CAPTURE_MODE_GLOBAL;
+}
+
+/* What a stream handle names, under capture_mutex. */
+enum stream_kind { STREAM_LEGACY, STREAM_FAKE, STREAM_FOREIGN };
+static enum stream_kind find_stream(CUstream h, struct fake_stream** out) {
+  *out = NULL;
+  if (h == NULL || h == CU_STREAM_LEGACY) return STREAM_LEGACY;
+  if (h == CU_STREAM_PER_THREAD) {
+    const CUcontext ctx = current_context();
+    const pthread_t self = pthread_self();
+    if (ctx == NULL) return STREAM_FOREIGN;
+    for (size_t i = 0; i < stream_count; ++i)
+      if (streams[i].live && streams[i].per_thread && streams[i].context == ctx &&
+          pthread_equal(streams[i].owner, self))
+        return *out = &streams[i], STREAM_FAKE;
+    if (stream_count == FAKE_MAX_STREAMS) return STREAM_FOREIGN;
+    streams[stream_count] =
+        (struct fake_stream){1, 0, ctx, 1, self, CU_STREAM_CAPTURE_STATUS_NONE, CU_STREAM_CAPTURE_MODE_GLOBAL, self, 0};
+    *out = &streams[stream_count++];
+    return STREAM_FAKE;
+  }
+  const uintptr_t p = (uintptr_t)(void*)h, first = (uintptr_t)(void*)streams;
+  if (p < first || p >= first + stream_count * sizeof *streams || (p - first) % sizeof *streams) return STREAM_FOREIGN;
+  struct fake_stream* s = (struct fake_stream*)(void*)h;
+  if (!s->live) return STREAM_FOREIGN;
+  *out = s;
+  return STREAM_FAKE;
+}
+
+static void invalidate(struct fake_stream* s) { s->status = CU_STREAM_CAPTURE_STATUS_INVALIDATED; }
+
+/* A use of ctx's legacy stream would wait for every blocking stream of ctx: those that capture are
+ * invalidated. Under capture_mutex; how many there were. */
+static int legacy_conflicts(CUcontext ctx) {
+  int n = 0;
+  for (size_t i = 0; i < stream_count; ++i)
+    if (in_capture(&streams[i]) && blocking(&streams[i]) && streams[i].context == ctx) {
+      invalidate(&streams[i]);
+      ++n;
+    }
+  return n;
+}
+
+/* The captures that prohibit a potentially unsafe call from this thread, invalidated. Under
+ * capture_mutex; how many there were. */
+static int unsafe_conflicts(void) {
+  const CUstreamCaptureMode mode = thread_capture_mode();
+  if (mode == CU_STREAM_CAPTURE_MODE_RELAXED) return 0;
+  const pthread_t self = pthread_self();
+  int n = 0;
+  for (size_t i = 0; i < stream_count; ++i) {
+    struct fake_stream* s = &streams[i];
+    if (!in_capture(s)) continue;
+    const int own = pthread_equal(s->capturer, self);
+    if ((own && s->mode != CU_STREAM_CAPTURE_MODE_RELAXED) ||
+        (!own && mode == CU_STREAM_CAPTURE_MODE_GLOBAL && s->mode == CU_STREAM_CAPTURE_MODE_GLOBAL)) {
+      invalidate(s);
+      ++n;
+    }
+  }
+  return n;
+}
+
+/* The rules for a call that is potentially unsafe (unsafe) and uses the legacy stream of the current
+ * context (legacy): CUDA_SUCCESS where neither forbids it. */
+static CUresult capture_rules(int unsafe, int legacy) {
+  if (!capturing()) return CUDA_SUCCESS;
+  pthread_mutex_lock(&capture_mutex);
+  const int implicit = legacy ? legacy_conflicts(current_context()) : 0;
+  const int prohibited = unsafe ? unsafe_conflicts() : 0;
+  if (implicit || prohibited) ++invalidating_calls;
+  pthread_mutex_unlock(&capture_mutex);
+  return implicit     ? CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+         : prohibited ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+                      : CUDA_SUCCESS;
+}
+#define UNSAFE_CALL()                              \
+  do {                                             \
+    const CUresult capture_ = capture_rules(1, 0); \
+    if (capture_ != CUDA_SUCCESS) return capture_; \
+  } while (0)
+#define SYNCHRONOUS_CALL()                         \
+  do {                                             \
+    const CUresult capture_ = capture_rules(1, 1); \
+    if (capture_ != CUDA_SUCCESS) return capture_; \
+  } while (0)
+
+/* Work queued on a stream: *captured when the stream captures (the work is a node of its graph, and
+ * done no further); refused on the legacy stream while a blocking stream of the context captures. */
+static CUresult queue_on(CUstream h, int* captured) {
+  *captured = 0;
+  if (!capturing()) return CUDA_SUCCESS;
+  CUresult r = CUDA_SUCCESS;
+  pthread_mutex_lock(&capture_mutex);
+  struct fake_stream* s = NULL;
+  switch (find_stream(h, &s)) {
+    case STREAM_LEGACY:
+      if (legacy_conflicts(current_context())) {
+        ++invalidating_calls;
+        r = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+      }
+      break;
+    case STREAM_FAKE:
+      if (s->status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+        ++s->nodes;
+        ++captured_calls;
+        *captured = 1;
+      } else if (s->status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
+        r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+      }
+      break;
+    case STREAM_FOREIGN:
+      break;
+  }
+  pthread_mutex_unlock(&capture_mutex);
+  return r;
+}
 
 /* ---- Entry points ----------------------------------------------------------------------------- */
 
@@ -369,17 +555,36 @@ static CUresult CUDAAPI fake_cuCtxGetDevice(CUdevice* dev) {
   return CUDA_SUCCESS;
 }
 
-/* No stream is ever created, so only the default streams exist, and gpumem asks about no others. */
+/* The context of a stream from cuStreamCreate; gpumem asks about no default stream. */
 static CUresult CUDAAPI fake_cuStreamGetCtx(CUstream stream, CUcontext* ctx) {
-  (void)stream;
-  (void)ctx;
   REQUIRE_INIT();
-  return CUDA_ERROR_INVALID_HANDLE;
+  if (ctx == NULL) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&capture_mutex);
+  struct fake_stream* s = NULL;
+  const int known = find_stream(stream, &s) == STREAM_FAKE && !s->per_thread;
+  if (known) *ctx = s->context;
+  pthread_mutex_unlock(&capture_mutex);
+  return known ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
+/* No work is ever queued, so there is none to wait for; but a capturing stream cannot be waited
+ * for, and the legacy stream is tied to the capturing blocking streams of its context. */
 static CUresult CUDAAPI fake_cuStreamSynchronize(CUstream stream) {
-  (void)stream;
-  REQUIRE_CONTEXT();
-  return CUDA_SUCCESS;
+  REQUIRE_INIT();
+  if (stream == NULL || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) {
+    REQUIRE_CONTEXT();
+  }
+  if (!capturing()) return CUDA_SUCCESS;
+  if (stream == NULL || stream == CU_STREAM_LEGACY) return capture_rules(1, 1);
+  CUresult r = CUDA_SUCCESS;
+  pthread_mutex_lock(&capture_mutex);
+  struct fake_stream* s = NULL;
+  if (find_stream(stream, &s) == STREAM_FAKE && in_capture(s)) {
+    invalidate(s);
+    ++invalidating_calls;
+    r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  pthread_mutex_unlock(&capture_mutex);
+  return r;
 }
 
 static CUresult CUDAAPI fake_cuMemGetInfo(size_t* free_bytes, size_t* total) {
@@ -393,20 +598,27 @@ static CUresult CUDAAPI fake_cuMemGetInfo(size_t* free_bytes, size_t* total) {
 }
 
 /* Allocations: none succeeds. */
-static CUresult CUDAAPI fake_cuMemAlloc(CUdeviceptr* p, size_t size) {
-  (void)size;
+static CUresult allocate(CUdeviceptr* p) {
   REQUIRE_CONTEXT();
   *p = 0;
   return CUDA_ERROR_OUT_OF_MEMORY;
 }
+static CUresult CUDAAPI fake_cuMemAlloc(CUdeviceptr* p, size_t size) {
+  (void)size;
+  REQUIRE_CONTEXT();
+  UNSAFE_CALL();
+  return allocate(p);
+}
 static CUresult CUDAAPI fake_cuMemAllocAsync(CUdeviceptr* p, size_t size, CUstream stream) {
-  (void)stream;
-  return fake_cuMemAlloc(p, size);
+  (void)size;
+  REQUIRE_CONTEXT();
+  int captured = 0;
+  const CUresult r = queue_on(stream, &captured);
+  return r != CUDA_SUCCESS ? r : allocate(p);
 }
 static CUresult CUDAAPI fake_cuMemAllocFromPoolAsync(CUdeviceptr* p, size_t size, CUmemoryPool pool, CUstream stream) {
   (void)pool;
-  (void)stream;
-  return fake_cuMemAlloc(p, size);
+  return fake_cuMemAllocAsync(p, size, stream);
 }
 static CUresult CUDAAPI fake_cuMemAllocManaged(CUdeviceptr* p, size_t size, unsigned int flags) {
   (void)flags;
@@ -416,12 +628,14 @@ static CUresult CUDAAPI fake_cuMemHostAlloc(void** p, size_t size, unsigned int 
   (void)size;
   (void)flags;
   REQUIRE_CONTEXT();
+  UNSAFE_CALL();
   *p = NULL;
   return CUDA_ERROR_OUT_OF_MEMORY;
 }
 static CUresult CUDAAPI fake_cuArray3DCreate(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
   (void)desc;
   REQUIRE_CONTEXT();
+  UNSAFE_CALL();
   *array = NULL;
   return CUDA_ERROR_OUT_OF_MEMORY;
 }
@@ -715,9 +929,24 @@ static CUresult CUDAAPI fake_cuMemSetAccess(CUdeviceptr ptr, size_t size, const 
   pthread_mutex_unlock(&vmm_mutex);
   return r;
 }
-/* No work is ever queued: there is none to wait for. */
+/* No work is ever queued: there is none to wait for; but while a stream of the context captures,
+ * the context cannot be waited for. */
 static CUresult CUDAAPI fake_cuCtxSynchronize(void) {
   REQUIRE_CONTEXT();
+  if (capturing()) {
+    const CUcontext ctx = current_context();
+    int n = 0;
+    pthread_mutex_lock(&capture_mutex);
+    for (size_t i = 0; i < stream_count; ++i)
+      if (in_capture(&streams[i]) && streams[i].context == ctx) {
+        invalidate(&streams[i]);
+        ++n;
+      }
+    if (n) ++invalidating_calls;
+    pthread_mutex_unlock(&capture_mutex);
+    if (n) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    SYNCHRONOUS_CALL();
+  }
   pthread_mutex_lock(&vmm_mutex);
   ++synchronize_calls;
   pthread_mutex_unlock(&vmm_mutex);
@@ -773,6 +1002,7 @@ static void take_a_while(void) {
 
 static CUresult CUDAAPI fake_cuMemHostRegister(void* p, size_t size, unsigned int flags) {
   REQUIRE_CONTEXT();
+  UNSAFE_CALL();
   take_a_while();
   pthread_mutex_lock(&ledger_mutex);
   const CUresult r = register_locked((uintptr_t)p, size, flags);
@@ -782,6 +1012,7 @@ static CUresult CUDAAPI fake_cuMemHostRegister(void* p, size_t size, unsigned in
 
 static CUresult CUDAAPI fake_cuMemHostUnregister(void* p) {
   REQUIRE_CONTEXT();
+  UNSAFE_CALL();
   CUresult r = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
   take_a_while();
   pthread_mutex_lock(&ledger_mutex);
@@ -799,20 +1030,29 @@ static CUresult CUDAAPI fake_cuMemHostUnregister(void* p) {
 }
 
 /* Frees and every use of memory: there is none to free or use. */
-static CUresult CUDAAPI fake_cuMemFree(CUdeviceptr p) {
-  (void)p;
+static CUresult no_memory(void) {
   REQUIRE_CONTEXT();
   return CUDA_ERROR_INVALID_VALUE;
 }
+static CUresult CUDAAPI fake_cuMemFree(CUdeviceptr p) {
+  (void)p;
+  REQUIRE_CONTEXT();
+  UNSAFE_CALL();
+  return no_memory();
+}
 static CUresult CUDAAPI fake_cuMemFreeAsync(CUdeviceptr p, CUstream stream) {
-  (void)stream;
-  return fake_cuMemFree(p);
+  (void)p;
+  REQUIRE_CONTEXT();
+  int captured = 0;
+  const CUresult r = queue_on(stream, &captured);
+  return r != CUDA_SUCCESS ? r : no_memory();
 }
 static CUresult CUDAAPI fake_cuMemFreeHost(void* p) { return fake_cuMemFree((CUdeviceptr)(uintptr_t)p); }
 static CUresult CUDAAPI fake_cuMemHostGetDevicePointer(CUdeviceptr* d, void* p, unsigned int flags) {
+  (void)p;
   (void)flags;
   *d = 0;
-  return fake_cuMemFree((CUdeviceptr)(uintptr_t)p);
+  return no_memory();
 }
 /* A memset writes nothing, and succeeds where the current device may write mapped memory. */
 static CUresult device_write(CUdeviceptr d, size_t n, size_t element_size) {
@@ -823,58 +1063,76 @@ static CUresult device_write(CUdeviceptr d, size_t n, size_t element_size) {
   pthread_mutex_unlock(&vmm_mutex);
   return writable ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
+/* Synchronous work runs on the legacy stream; work on a capturing stream is captured instead. */
+#define FAKE_QUEUE(stream, work)                             \
+  do {                                                       \
+    REQUIRE_CONTEXT();                                       \
+    int captured_ = 0;                                       \
+    const CUresult queued_ = queue_on((stream), &captured_); \
+    if (queued_ != CUDA_SUCCESS) return queued_;             \
+    return captured_ ? CUDA_SUCCESS : (work);                \
+  } while (0)
 static CUresult CUDAAPI fake_cuMemsetD8(CUdeviceptr d, unsigned char v, size_t n) {
   (void)v;
+  REQUIRE_CONTEXT();
+  SYNCHRONOUS_CALL();
   return device_write(d, n, 1);
 }
 static CUresult CUDAAPI fake_cuMemsetD16(CUdeviceptr d, unsigned short v, size_t n) {
   (void)v;
+  REQUIRE_CONTEXT();
+  SYNCHRONOUS_CALL();
   return device_write(d, n, 2);
 }
 static CUresult CUDAAPI fake_cuMemsetD32(CUdeviceptr d, unsigned int v, size_t n) {
   (void)v;
+  REQUIRE_CONTEXT();
+  SYNCHRONOUS_CALL();
   return device_write(d, n, 4);
 }
 static CUresult CUDAAPI fake_cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream stream) {
-  (void)stream;
-  return fake_cuMemsetD8(d, v, n);
+  (void)v;
+  FAKE_QUEUE(stream, device_write(d, n, 1));
 }
 static CUresult CUDAAPI fake_cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream stream) {
-  (void)stream;
-  return fake_cuMemsetD16(d, v, n);
+  (void)v;
+  FAKE_QUEUE(stream, device_write(d, n, 2));
 }
 static CUresult CUDAAPI fake_cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream stream) {
-  (void)stream;
-  return fake_cuMemsetD32(d, v, n);
+  (void)v;
+  FAKE_QUEUE(stream, device_write(d, n, 4));
 }
 static CUresult CUDAAPI fake_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  (void)src;
-  (void)n;
-  return fake_cuMemFree(dst);
+  (void)dst, (void)src, (void)n;
+  REQUIRE_CONTEXT();
+  SYNCHRONOUS_CALL();
+  return no_memory();
 }
 static CUresult CUDAAPI fake_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream) {
-  (void)stream;
-  return fake_cuMemcpy(dst, src, n);
+  (void)dst, (void)src, (void)n;
+  FAKE_QUEUE(stream, no_memory());
 }
-/* The fake has no device memory, streams, events or modules: these answer as a driver would to
- * handles it never made, after checking for a context. */
+/* The fake has no device memory, events or modules: these answer as a driver would to handles it
+ * never made, after checking for a context. */
 static CUresult CUDAAPI fake_cuMemcpy3D(const CUDA_MEMCPY3D* copy) {
   (void)copy;
   REQUIRE_CONTEXT();
+  SYNCHRONOUS_CALL();
   return CUDA_ERROR_INVALID_VALUE;
 }
 static CUresult CUDAAPI fake_cuMemcpy3DAsync(const CUDA_MEMCPY3D* copy, CUstream stream) {
-  (void)stream;
-  return fake_cuMemcpy3D(copy);
+  (void)copy;
+  FAKE_QUEUE(stream, CUDA_ERROR_INVALID_VALUE);
 }
 static CUresult CUDAAPI fake_cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER* copy) {
   (void)copy;
   REQUIRE_CONTEXT();
+  SYNCHRONOUS_CALL();
   return CUDA_ERROR_INVALID_VALUE;
 }
 static CUresult CUDAAPI fake_cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER* copy, CUstream stream) {
-  (void)stream;
-  return fake_cuMemcpy3DPeer(copy);
+  (void)copy;
+  FAKE_QUEUE(stream, CUDA_ERROR_INVALID_VALUE);
 }
 static CUresult CUDAAPI fake_cuDeviceCanAccessPeer(int* can, CUdevice dev, CUdevice peer) {
   REQUIRE_DEVICE(dev);
@@ -886,17 +1144,51 @@ static CUresult CUDAAPI fake_cuCtxEnablePeerAccess(CUcontext peer, unsigned int 
   (void)peer;
   (void)flags;
   REQUIRE_CONTEXT();
+  UNSAFE_CALL();
   return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
 }
+/* Disturbs no capture. The legacy stream never captures, but while a blocking stream of the context
+ * does, asking about it is CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (and *status is left as it was). */
 static CUresult CUDAAPI fake_cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
-  (void)stream;
-  REQUIRE_CONTEXT();
-  *status = CU_STREAM_CAPTURE_STATUS_NONE;
-  return CUDA_SUCCESS;
+  REQUIRE_INIT();
+  if (status == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (stream == NULL || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) {
+    REQUIRE_CONTEXT();
+  }
+  if (!capturing()) {
+    *status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+  }
+  CUresult r = CUDA_SUCCESS;
+  pthread_mutex_lock(&capture_mutex);
+  struct fake_stream* s = NULL;
+  switch (find_stream(stream, &s)) {
+    case STREAM_LEGACY: {
+      const CUcontext ctx = current_context();
+      for (size_t i = 0; i < stream_count; ++i)
+        if (in_capture(&streams[i]) && blocking(&streams[i]) && streams[i].context == ctx)
+          r = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+      if (r == CUDA_SUCCESS) *status = CU_STREAM_CAPTURE_STATUS_NONE;
+      break;
+    }
+    case STREAM_FAKE:
+      *status = s->status;
+      break;
+    case STREAM_FOREIGN:
+      *status = CU_STREAM_CAPTURE_STATUS_NONE;
+      break;
+  }
+  pthread_mutex_unlock(&capture_mutex);
+  return r;
 }
 static CUresult CUDAAPI fake_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
   REQUIRE_INIT();
-  *mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  if (mode == NULL || (unsigned)*mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+  struct context_stack* t = context_stack();
+  if (t == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  const CUstreamCaptureMode previous = t->capture_mode;
+  t->capture_mode = *mode;
+  *mode = previous;
   return CUDA_SUCCESS;
 }
 static CUresult CUDAAPI fake_cuModuleUnload(CUmodule module) {
@@ -940,6 +1232,7 @@ static CUresult CUDAAPI fake_cuModuleLoadData(CUmodule* module, const void* imag
   (void)module;
   (void)image;
   REQUIRE_CONTEXT();
+  UNSAFE_CALL();
   return CUDA_ERROR_NO_BINARY_FOR_GPU;
 }
 static CUresult CUDAAPI fake_cuModuleGetFunction(CUfunction* function, CUmodule module, const char* name) {
@@ -972,6 +1265,7 @@ static CUresult CUDAAPI fake_cuArray3DGetDescriptor(CUDA_ARRAY3D_DESCRIPTOR* des
 static CUresult CUDAAPI fake_cuArrayDestroy(CUarray array) {
   (void)array;
   REQUIRE_CONTEXT();
+  UNSAFE_CALL();
   return CUDA_ERROR_INVALID_HANDLE;
 }
 
@@ -980,9 +1274,7 @@ static CUresult CUDAAPI fake_cuMemPrefetchAsync(CUdeviceptr p, size_t size, CUme
                                                 CUstream stream) {
   (void)location;
   (void)flags;
-  (void)stream;
-  REQUIRE_CONTEXT();
-  return in_managed_range(p, size) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  FAKE_QUEUE(stream, in_managed_range(p, size) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
 }
 static CUresult CUDAAPI fake_cuMemAdvise(CUdeviceptr p, size_t size, CUmem_advise advice, CUmemLocation location) {
   (void)advice;
@@ -1102,6 +1394,151 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVer
 }
 
 /* ---- For the tests, through dlsym ------------------------------------------------------------- */
+
+/* Streams and captures under the driver's exported names (cuda.h declares them), so that the
+ * tests' helpers (tests/common/test_cuda.h) drive the fake as they drive the driver on a GPU. A
+ * capture's graph is only the count of the work it captured (fake_cuda_graph_nodes). */
+CUresult CUDAAPI cuStreamCreate(CUstream* stream, unsigned int flags) {
+  REQUIRE_CONTEXT();
+  if (stream == NULL || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING)) return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+  pthread_mutex_lock(&capture_mutex);
+  if (stream_count < FAKE_MAX_STREAMS) {
+    const pthread_t self = pthread_self();
+    streams[stream_count] = (struct fake_stream){
+        1, flags, current_context(), 0, self, CU_STREAM_CAPTURE_STATUS_NONE, CU_STREAM_CAPTURE_MODE_GLOBAL, self, 0};
+    *stream = (CUstream)(void*)&streams[stream_count++];
+    r = CUDA_SUCCESS;
+  }
+  pthread_mutex_unlock(&capture_mutex);
+  return r;
+}
+/* A stream destroyed while it captures takes its capture along. */
+CUresult CUDAAPI cuStreamDestroy(CUstream stream) {
+  REQUIRE_INIT();
+  CUresult r = CUDA_ERROR_INVALID_HANDLE;
+  pthread_mutex_lock(&capture_mutex);
+  struct fake_stream* s = NULL;
+  if (find_stream(stream, &s) == STREAM_FAKE && !s->per_thread) {
+    if (in_capture(s)) __atomic_sub_fetch(&captures, 1, __ATOMIC_RELEASE);
+    s->live = 0;
+    r = CUDA_SUCCESS;
+  }
+  pthread_mutex_unlock(&capture_mutex);
+  return r;
+}
+CUresult CUDAAPI cuStreamBeginCapture(CUstream stream, CUstreamCaptureMode mode) {
+  REQUIRE_INIT();
+  if ((unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_ERROR_INVALID_VALUE;
+  if (stream == NULL || stream == CU_STREAM_LEGACY) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (stream == CU_STREAM_PER_THREAD) {
+    REQUIRE_CONTEXT();
+  }
+  CUresult r = CUDA_SUCCESS;
+  pthread_mutex_lock(&capture_mutex);
+  struct fake_stream* s = NULL;
+  if (find_stream(stream, &s) != STREAM_FAKE) {
+    r = CUDA_ERROR_INVALID_HANDLE;
+  } else if (in_capture(s)) {
+    r = CUDA_ERROR_ILLEGAL_STATE;
+  } else {
+    s->status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    s->mode = mode;
+    s->capturer = pthread_self();
+    s->nodes = 0;
+    __atomic_add_fetch(&captures, 1, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&capture_mutex);
+  return r;
+}
+/* A capture not begun in relaxed mode ends on the thread that began it. */
+CUresult CUDAAPI cuStreamEndCapture(CUstream stream, CUgraph* graph) {
+  REQUIRE_INIT();
+  if (graph == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *graph = NULL;
+  if (stream == CU_STREAM_PER_THREAD) {
+    REQUIRE_CONTEXT();
+  }
+  CUresult r = CUDA_SUCCESS;
+  pthread_mutex_lock(&capture_mutex);
+  struct fake_stream* s = NULL;
+  if (find_stream(stream, &s) != STREAM_FAKE || !in_capture(s)) {
+    r = CUDA_ERROR_ILLEGAL_STATE;
+  } else if (s->mode != CU_STREAM_CAPTURE_MODE_RELAXED && !pthread_equal(s->capturer, pthread_self())) {
+    r = CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+  } else {
+    struct fake_graph* g = NULL;
+    if (s->status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
+      r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    } else if ((g = malloc(sizeof *g)) == NULL) {
+      r = CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+      g->nodes = s->nodes;
+      *graph = (CUgraph)(void*)g;
+    }
+    if (r != CUDA_ERROR_OUT_OF_MEMORY) {
+      s->status = CU_STREAM_CAPTURE_STATUS_NONE;
+      __atomic_sub_fetch(&captures, 1, __ATOMIC_RELEASE);
+    }
+  }
+  pthread_mutex_unlock(&capture_mutex);
+  return r;
+}
+CUresult CUDAAPI cuGraphDestroy(CUgraph graph) {
+  if (graph == NULL) return CUDA_ERROR_INVALID_VALUE;
+  free(graph);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
+  return fake_cuStreamIsCapturing(stream, status);
+}
+CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  return fake_cuThreadExchangeStreamCaptureMode(mode);
+}
+CUresult CUDAAPI cuStreamSynchronize(CUstream stream) { return fake_cuStreamSynchronize(stream); }
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice dev) {
+  return fake_cuDevicePrimaryCtxRetain(ctx, dev);
+}
+CUresult CUDAAPI cuCtxPushCurrent(CUcontext ctx) { return fake_cuCtxPushCurrent(ctx); }
+CUresult CUDAAPI cuCtxPopCurrent(CUcontext* ctx) { return fake_cuCtxPopCurrent(ctx); }
+
+size_t fake_cuda_graph_nodes(CUgraph graph);
+size_t fake_cuda_capture_invalidating_calls(void);
+size_t fake_cuda_captured_calls(void);
+void* fake_cuda_device_memory(int device, size_t size);
+
+/* The work a capture's graph holds. */
+size_t fake_cuda_graph_nodes(CUgraph graph) {
+  return graph ? ((const struct fake_graph*)(const void*)graph)->nodes : 0;
+}
+/* Calls since the library was loaded that a capture refused (and invalidated it for), and calls captured. */
+size_t fake_cuda_capture_invalidating_calls(void) {
+  pthread_mutex_lock(&capture_mutex);
+  const size_t n = invalidating_calls;
+  pthread_mutex_unlock(&capture_mutex);
+  return n;
+}
+size_t fake_cuda_captured_calls(void) {
+  pthread_mutex_lock(&capture_mutex);
+  const size_t n = captured_calls;
+  pthread_mutex_unlock(&capture_mutex);
+  return n;
+}
+/* Device memory of a device, for tests that need some: a reservation with one allocation mapped in
+ * it (size rounded up to the granularity), which the device may read and write; NULL if there is no
+ * room. Reported as device memory as mappings are; never freed. Call with no capture in progress. */
+void* fake_cuda_device_memory(int device, size_t size) {
+  const size_t n = (size + FAKE_VMM_GRANULARITY - 1) / FAKE_VMM_GRANULARITY * FAKE_VMM_GRANULARITY;
+  const CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device}};
+  CUdeviceptr p = 0;
+  CUmemGenericAllocationHandle handle = 0;
+  if (fake_cuMemAddressReserve(&p, n, 0, 0, 0) != CUDA_SUCCESS) return NULL;
+  if (fake_cuMemCreate(&handle, n, &prop, 0) != CUDA_SUCCESS || fake_cuMemMap(p, n, 0, handle, 0) != CUDA_SUCCESS)
+    return NULL;
+  const CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  return fake_cuMemSetAccess(p, n, &access, 1) == CUDA_SUCCESS ? (void*)(uintptr_t)p : NULL;
+}
 
 int fake_cuda_context_depth(void);
 void* fake_cuda_managed_address(void);
