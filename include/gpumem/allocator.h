@@ -323,8 +323,8 @@ GPUMEM_API gpumem_status_t gpumem_alloc(gpumem_allocator_t* allocator, size_t si
  * @param[in] ptr The memory, or NULL (nothing is done).
  * @param[in] stream The stream of the free (used by stream-ordered allocators).
  * @retval GPUMEM_SUCCESS
- * @retval GPUMEM_ERROR_NOT_OWNED @p ptr did not come from this allocator, or is freed already;
- *         nothing is changed.
+ * @retval GPUMEM_ERROR_NOT_OWNED @p ptr did not come from this allocator, or is freed already, or
+ *         is held by a pool built on this allocator (free it through the pool); nothing is changed.
  * @retval GPUMEM_ERROR_INVALID_HANDLE
  * @retval GPUMEM_ERROR_NO_DRIVER With a NULL allocator, which resolves through the current device.
  * @retval GPUMEM_ERROR_NO_DEVICE

@@ -46,10 +46,12 @@ typedef struct gpumem_pool_info_s {
   size_t struct_size;        /**< `sizeof(gpumem_pool_info_t)`. */
   uint64_t used_bytes;       /**< Bytes handed out and not freed (rounded sizes). */
   uint64_t free_bytes;       /**< Bytes cached, free for reuse. */
-  uint64_t total_bytes;      /**< Bytes held from the upstream: used plus free plus pending. */
+  uint64_t total_bytes;      /**< Bytes held from the upstream: used plus free plus pending, and any being
+                                  moved between streams or mapped at that moment. */
   uint64_t free_block_count; /**< Free blocks in all arenas. */
   uint64_t limit;            /**< The limit in bytes; 0 for none. */
-  uint32_t arena_count;      /**< Streams with an arena. */
+  uint32_t arena_count;      /**< Streams with an arena: those whose arena holds memory (in use, cached or
+                                  pending), and briefly one whose last block another stream took. */
   uint64_t pending_bytes;    /**< Bytes freed while other streams' work may still use them, handed out
                                   again once that work is done (@since 0.3.0). */
   uint64_t address_bytes;    /**< Bytes of addresses the pool's segments span: @c total_bytes, plus
@@ -171,6 +173,9 @@ GPUMEM_API gpumem_status_t gpumem_pool_release(gpumem_allocator_t* pool, gpumem_
  * @param[in] pool The pool.
  * @param[in,out] out_info @c struct_size set by the caller; the rest is filled in
  *                (zeroed on failure as far as @c struct_size reaches, @c struct_size kept).
+ *                One consistent picture, even while other threads allocate and free: used plus
+ *                free plus pending never exceeds total (memory being taken from or returned to
+ *                the upstream is counted in total only).
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p out_info is NULL or its @c struct_size is not valid.
  * @retval GPUMEM_ERROR_INVALID_HANDLE @p pool is not a live pool.
