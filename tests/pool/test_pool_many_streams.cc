@@ -53,7 +53,27 @@ struct Setup {
   }
 };
 
-size_t heap_in_use() { return mallinfo2().uordblks; }
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define GPUMEM_SANITIZER_HEAP 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define GPUMEM_SANITIZER_HEAP 1
+#endif
+
+#ifdef GPUMEM_SANITIZER_HEAP
+extern "C" size_t __sanitizer_get_current_allocated_bytes();  // the sanitizers' allocator interface
+#endif
+
+// Bytes of host memory allocated, from the sanitizer's allocator where one replaces malloc's.
+size_t heap_in_use() {
+#ifdef GPUMEM_SANITIZER_HEAP
+  return __sanitizer_get_current_allocated_bytes();
+#else
+  return mallinfo2().uordblks;
+#endif
+}
 
 // A new stream for every allocation, each freed on its stream; the next stream takes the last one's
 // block (lending by fence), so every arena but the newest is left with nothing.
