@@ -1,5 +1,6 @@
 /* gpumem replay: a trace's allocations and frees, replayed through allocator configurations over a
- * simulated device (address space only: no memory is touched, no GPU is needed). */
+ * simulated device (simulated_device.c: address space only, no memory is touched, no GPU is
+ * needed). The command itself is replay_main.c. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "replay.h"
@@ -12,71 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- The simulated device: hands out address ranges up to its capacity, never reusing one. ---- */
-
-struct device {
-  uint64_t capacity, reserved, peak_reserved, next;
-  uint64_t unit; /* with virtual memory: the bytes mapped at a time */
-};
-
-/* Takes size bytes of the device's memory; 0 when it has no more. */
-static int device_take(struct device* d, size_t size) {
-  if (size > d->capacity - d->reserved) return 0;
-  d->reserved += size;
-  if (d->reserved > d->peak_reserved) d->peak_reserved = d->reserved;
-  return 1;
-}
-
-static gpumem_status_t device_alloc(void* context, size_t size, int32_t dev, gpumem_stream_t stream, void** out) {
-  (void)dev;
-  (void)stream;
-  struct device* d = context;
-  if (!device_take(d, size)) return GPUMEM_ERROR_OUT_OF_MEMORY;
-  *out = (void*)(uintptr_t)d->next;
-  d->next += (size + 4095) / 4096 * 4096; /* page-aligned, as the driver's are */
-  return GPUMEM_SUCCESS;
-}
-
-static gpumem_status_t device_free(void* context, void* ptr, size_t size, int32_t dev, gpumem_stream_t stream) {
-  (void)ptr;
-  (void)dev;
-  (void)stream;
-  struct device* d = context;
-  d->reserved -= size;
-  return GPUMEM_SUCCESS;
-}
-
-/* Virtual memory, as CUDA's: address ranges reserved without memory, memory mapped into them by the
- * unit (gpumem_allocator_create_vm's default unless given). Only what is mapped counts against the
- * capacity. */
-#define DEVICE_MAP_UNIT ((uint64_t)32 << 20)
-
-static gpumem_status_t device_reserve(void* context, size_t size, int32_t dev, void** out) {
-  (void)dev;
-  struct device* d = context;
-  d->next = (d->next + d->unit - 1) / d->unit * d->unit;
-  *out = (void*)(uintptr_t)d->next;
-  d->next += size;
-  return GPUMEM_SUCCESS;
-}
-
-static gpumem_status_t device_unreserve(void* context, void* ptr, size_t size, int32_t dev) {
-  (void)context;
-  (void)ptr;
-  (void)size;
-  (void)dev;
-  return GPUMEM_SUCCESS;
-}
-
-static gpumem_status_t device_map(void* context, void* ptr, size_t size, int32_t dev) {
-  (void)ptr;
-  (void)dev;
-  return device_take(context, size) ? GPUMEM_SUCCESS : GPUMEM_ERROR_OUT_OF_MEMORY;
-}
-
-static gpumem_status_t device_unmap(void* context, void* ptr, size_t size, int32_t dev) {
-  return device_free(context, ptr, size, dev, NULL);
-}
+#include "rmm_csv.h"
+#include "simulated_device.h"
 
 /* ---- Addresses of the trace to those of the replay: open addressing, grown at half full. ---- */
 
@@ -94,6 +32,7 @@ static size_t slot_of(uint64_t key, size_t mask) {
 }
 
 static int map_grow(struct address_map* m) {
+  if (m->keys && m->mask + 1 > SIZE_MAX / 2 / sizeof *m->keys) return -1; /* full: it cannot double */
   const size_t capacity = m->keys ? 2 * (m->mask + 1) : 1024;
   uint64_t* keys = calloc(capacity, sizeof *keys);
   uint64_t* values = calloc(capacity, sizeof *values);
@@ -152,44 +91,26 @@ static void map_free(struct address_map* m) {
 
 struct source {
   gpumem_trace_reader_t* reader; /* a gpumem trace; else the CSV file below */
-  FILE* csv;
-  const char* path;
-  uint64_t line;
-  double first_time; /* the CSV's first time, in seconds; negative before the first row */
+  FILE* file;
+  struct rmm_csv csv;
 };
-
-/* Seconds from RMM's time column: seconds since 1970 ("1634567890.234567"), or older logs'
- * "HH:MM:SS:microseconds". */
-static double csv_seconds(const char* text) {
-  int h = 0, m = 0, sec = 0;
-  long us = 0;
-  if (strchr(text, ':') && sscanf(text, "%d:%d:%d:%ld", &h, &m, &sec, &us) == 4)
-    return h * 3600.0 + m * 60.0 + sec + (double)us / 1e6;
-  return strtod(text, NULL);
-}
 
 static int source_open(struct source* src, const char* path, char* error, size_t error_size) {
   memset(src, 0, sizeof *src);
-  src->path = path;
-  src->first_time = -1;
   FILE* f = fopen(path, "rb");
   if (!f) {
     snprintf(error, error_size, "cannot open the trace file %s: %s", path, strerror(errno));
     return -1;
   }
-  char head[64] = "";
-  if (!fgets(head, sizeof head, f)) head[0] = '\0';
-  if (strncmp(head, "Thread,Time,Action,Pointer,Size,Stream", 38) == 0) {
-    src->csv = f; /* the header line is read: rows follow */
-    src->line = 1;
+  if (rmm_csv_open(&src->csv, f, path)) {
+    src->file = f;
     return 0;
   }
   fclose(f);
   const gpumem_status_t st = gpumem_trace_reader_open(path, &src->reader);
   if (st != GPUMEM_SUCCESS) {
     snprintf(error, error_size,
-             "%s: %s (neither a gpumem trace nor an RMM CSV log, which starts with "
-             "\"Thread,Time,Action,Pointer,Size,Stream\")",
+             "%s: %s (neither a gpumem trace nor an RMM CSV log, which starts with \"" RMM_CSV_HEADER "\")",
              gpumem_status_name(st), gpumem_last_error_detail());
     return -1;
   }
@@ -198,52 +119,17 @@ static int source_open(struct source* src, const char* path, char* error, size_t
 
 /* The next record into rec: 1, 0 at the end, -1 with error set. */
 static int source_next(struct source* src, gpumem_trace_record_t* rec, char* error, size_t error_size) {
-  if (src->reader) {
-    bool more = false;
-    const gpumem_status_t st = gpumem_trace_reader_next(src->reader, rec, &more);
-    if (st == GPUMEM_SUCCESS) return more;
-    snprintf(error, error_size, "%s: %s", gpumem_status_name(st), gpumem_last_error_detail());
-    return -1;
-  }
-  char row[512];
-  if (!fgets(row, sizeof row, src->csv)) return 0;
-  src->line++;
-  char time[64], action[32];
-  unsigned long long thread = 0, pointer = 0, size = 0, stream = 0;
-  if (sscanf(row, "%llu,%63[^,],%31[^,],%llx,%llu,%llx", &thread, time, action, &pointer, &size, &stream) != 6) {
-    snprintf(error, error_size, "%s, line %llu: not a row of Thread,Time,Action,Pointer,Size,Stream", src->path,
-             (unsigned long long)src->line);
-    return -1;
-  }
-  const double t = csv_seconds(time);
-  if (src->first_time < 0) src->first_time = t;
-  const size_t struct_size = rec->struct_size;
-  memset(rec, 0, sizeof *rec);
-  rec->struct_size = struct_size;
-  rec->thread = (uint32_t)thread;
-  rec->time_ns = t > src->first_time ? (uint64_t)((t - src->first_time) * 1e9) : 0;
-  rec->stream = stream;
-  rec->address = pointer;
-  rec->size = size;
-  if (!strcmp(action, "allocate")) {
-    rec->event = GPUMEM_TRACE_ALLOC;
-    rec->mem_size = size;
-  } else if (!strcmp(action, "free") || !strcmp(action, "deallocate")) {
-    rec->event = GPUMEM_TRACE_FREE;
-  } else if (!strcmp(action, "allocate failure")) {
-    rec->event = GPUMEM_TRACE_ALLOC_FAILED;
-    rec->status = GPUMEM_ERROR_OUT_OF_MEMORY;
-  } else {
-    snprintf(error, error_size, "%s, line %llu: unknown action \"%s\"", src->path, (unsigned long long)src->line,
-             action);
-    return -1;
-  }
-  return 1;
+  if (!src->reader) return rmm_csv_next(&src->csv, rec, error, error_size);
+  bool more = false;
+  const gpumem_status_t st = gpumem_trace_reader_next(src->reader, rec, &more);
+  if (st == GPUMEM_SUCCESS) return more;
+  snprintf(error, error_size, "%s: %s", gpumem_status_name(st), gpumem_last_error_detail());
+  return -1;
 }
 
 static void source_close(struct source* src) {
   gpumem_trace_reader_close(src->reader);
-  if (src->csv) fclose(src->csv);
+  if (src->file) fclose(src->file);
   memset(src, 0, sizeof *src);
 }
 
@@ -256,23 +142,37 @@ static double now_ns(void) {
 }
 
 int replay_parse_size(const char* text, uint64_t* out) {
-  char* end = NULL;
-  const double v = strtod(text, &end);
-  if (end == text || v < 0) return -1;
-  double unit = 1;
-  if (!strcmp(end, "") || !strcmp(end, "B"))
-    unit = 1;
-  else if (!strcmp(end, "KiB"))
-    unit = 1024.0;
-  else if (!strcmp(end, "MiB"))
-    unit = 1024.0 * 1024;
-  else if (!strcmp(end, "GiB"))
-    unit = 1024.0 * 1024 * 1024;
-  else if (!strcmp(end, "TiB"))
-    unit = 1024.0 * 1024 * 1024 * 1024;
-  else
-    return -1;
-  *out = (uint64_t)(v * unit);
+  /* Digits first: strtod's nan, inf, -1, 1e30 and 0x10 are no sizes (and a float beyond 2^64 cast
+   * to an integer is undefined). */
+  const size_t digits = strspn(text, "0123456789");
+  if (!digits) return -1;
+  const char* end = text + digits;
+  const char* fraction = NULL;
+  if (*end == '.') {
+    fraction = end;
+    end += 1 + strspn(end + 1, "0123456789");
+    if (end == fraction + 1) return -1;
+  }
+  static const struct {
+    const char* name;
+    uint64_t bytes;
+  } units[] = {{"", 1}, {"B", 1}, {"KiB", 1ULL << 10}, {"MiB", 1ULL << 20}, {"GiB", 1ULL << 30}, {"TiB", 1ULL << 40}};
+  uint64_t unit = 0;
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+    if (!strcmp(end, units[i].name)) unit = units[i].bytes;
+  if (!unit) return -1;
+  uint64_t v = 0;
+  for (const char* p = text; p < text + digits; p++) {
+    const unsigned d = (unsigned)(*p - '0');
+    if (v > (UINT64_MAX - d) / 10) return -2;
+    v = v * 10 + d;
+  }
+  if (v > UINT64_MAX / unit) return -2;
+  v *= unit;
+  /* The fraction of a unit, rounded down to a byte: under 2^40, exact enough in a double. */
+  const uint64_t part = fraction ? (uint64_t)(strtod(fraction, NULL) * (double)unit) : 0;
+  if (part > UINT64_MAX - v) return -2;
+  *out = v + part;
   return 0;
 }
 
@@ -297,7 +197,7 @@ static int parse_config(const char* name, struct config* c) {
   char* saved = NULL;
   for (char* o = strtok_r(options, ",", &saved); o; o = strtok_r(NULL, ",", &saved)) {
     if (!strcmp(o, "vm")) {
-      if (!c->unit) c->unit = DEVICE_MAP_UNIT;
+      if (!c->unit) c->unit = SIM_DEVICE_MAP_UNIT;
     } else if (!strncmp(o, "unit=", 5)) {
       if (replay_parse_size(o + 5, &c->unit) != 0 || c->unit == 0) return -1;
     } else if (strncmp(o, "limit=", 6) != 0 || replay_parse_size(o + 6, &c->limit) != 0) {
@@ -335,107 +235,158 @@ static void progress(const char* name, uint64_t done, uint64_t total) {
   if (done == total) fputc('\n', stderr);
 }
 
+/* A replay in progress: the device, the configuration over it, the trace and the bookkeeping. */
+struct replay {
+  struct replay_result* r;
+  struct sim_device dev;
+  gpumem_allocator_t* device;
+  gpumem_allocator_t* config;
+  struct source src;
+  struct address_map map;   /* the trace's address to the replay's, or kSkipped */
+  struct address_map sizes; /* the trace's address to the bytes its allocation asked */
+  uint64_t live, index;
+  double busy;
+};
+
+/* In the map for an allocation of 0 bytes, which the replay skips: no real address is 1. */
+#define kSkipped ((uint64_t)1)
+
+/* The simulated device and the configuration over it: 0, or -1 with r->error set. */
+static int replay_open(struct replay* x, const char* path, uint64_t capacity) {
+  struct config c;
+  gpumem_allocator_functions_t fns;
+  sim_device_init(&x->dev, capacity, parse_config(x->r->name, &c) == 0 ? c.unit : 0, &fns);
+  const gpumem_status_t st = gpumem_allocator_create_functions(&fns, &x->device);
+  if (st != GPUMEM_SUCCESS) {
+    snprintf(x->r->error, sizeof x->r->error, "%s: %s", gpumem_status_name(st), gpumem_last_error_detail());
+    return -1;
+  }
+  if (make_config(x->r->name, x->device, &x->config, x->r->error, sizeof x->r->error) != 0) return -1;
+  return source_open(&x->src, path, x->r->error, sizeof x->r->error);
+}
+
+static int bookkeeping_failed(struct replay* x) {
+  snprintf(x->r->error, sizeof x->r->error,
+           "out of host memory for the replay's own table of live allocations (%zu of them): a failure of the "
+           "tool, not of the configuration",
+           x->map.used);
+  x->r->tool_failed = 1;
+  return -1;
+}
+
+/* An allocation: 1 when it was made, 0 when it was not (failed, refused or skipped), -1 with
+ * r->error set. */
+static int replay_alloc(struct replay* x, const gpumem_trace_record_t* rec) {
+  struct replay_result* r = x->r;
+  if (rec->size == 0) {
+    /* RMM's replay benchmark passes a 0-byte allocation to its resource, which gives NULL for it,
+     * and the free of that NULL later, which does nothing: both are skipped here, and counted. */
+    r->skipped++;
+    return rec->address && map_put(&x->map, rec->address, kSkipped) != 0 ? bookkeeping_failed(x) : 0;
+  }
+  if (!rec->address) {
+    snprintf(r->error, sizeof r->error,
+             "record %llu: an allocation of %llu bytes at address 0, which no allocator "
+             "hands out: the trace is damaged",
+             (unsigned long long)x->index, (unsigned long long)rec->size);
+    return -1;
+  }
+  void* p = NULL;
+  const double t0 = now_ns();
+  const gpumem_status_t st = gpumem_alloc(x->config, rec->size, (gpumem_stream_t)(uintptr_t)rec->stream, &p);
+  x->busy += now_ns() - t0;
+  if (st == GPUMEM_ERROR_OUT_OF_MEMORY) {
+    if (!r->failed++) {
+      r->first_failure_record = x->index;
+      r->first_failure_size = rec->size;
+      r->first_failure_time_ns = rec->time_ns;
+    }
+    return 0;
+  }
+  if (st != GPUMEM_SUCCESS) { /* not for want of memory: a size the configuration does not take */
+    if (!r->refused++)
+      snprintf(r->first_refusal, sizeof r->first_refusal, "record %llu, %llu bytes: %s: %s",
+               (unsigned long long)x->index, (unsigned long long)rec->size, gpumem_status_name(st),
+               gpumem_last_error_detail());
+    return 0;
+  }
+  r->allocs++;
+  if (map_put(&x->map, rec->address, (uint64_t)(uintptr_t)p) != 0 || map_put(&x->sizes, rec->address, rec->size) != 0)
+    return bookkeeping_failed(x);
+  x->live += rec->size;
+  if (x->live > r->peak_live) r->peak_live = x->live;
+  if (x->dev.peak_reserved > r->peak_reserved) {
+    r->peak_reserved = x->dev.peak_reserved;
+    r->peak_record = x->index;
+    r->headroom_at_peak = x->dev.capacity - x->dev.reserved;
+  }
+  return 1;
+}
+
+/* A free: 1 when it was made, 0 when there was nothing to free, -1 with r->error set. */
+static int replay_free(struct replay* x, const gpumem_trace_record_t* rec) {
+  struct replay_result* r = x->r;
+  const uint64_t p = rec->address ? map_take(&x->map, rec->address) : kSkipped; /* NULL: nothing to free */
+  if (p == kSkipped) {
+    r->skipped++;
+    return 0;
+  }
+  if (!p) { /* allocated before the recording started, or failed in this replay */
+    r->unmatched_frees++;
+    return 0;
+  }
+  x->live -= map_take(&x->sizes, rec->address);
+  const double t0 = now_ns();
+  const gpumem_status_t st = gpumem_free(x->config, (void*)(uintptr_t)p, (gpumem_stream_t)(uintptr_t)rec->stream);
+  x->busy += now_ns() - t0;
+  if (st != GPUMEM_SUCCESS) {
+    snprintf(r->error, sizeof r->error, "record %llu: gpumem_free: %s: %s", (unsigned long long)x->index,
+             gpumem_status_name(st), gpumem_last_error_detail());
+    return -1;
+  }
+  r->frees++;
+  return 1;
+}
+
+static void replay_close(struct replay* x) {
+  map_free(&x->map);
+  map_free(&x->sizes);
+  source_close(&x->src);
+  if (x->config && x->config != x->device) gpumem_allocator_destroy_force(x->config);
+  if (x->device) gpumem_allocator_destroy_force(x->device);
+}
+
 void replay_run(const char* path, uint64_t capacity, uint64_t records, struct replay_result* r,
                 const struct replay_observer* observer) {
-  struct device dev = {capacity, 0, 0, 0x100000000000ULL, 0};
-  gpumem_allocator_functions_t fns;
-  memset(&fns, 0, sizeof fns);
-  fns.struct_size = sizeof fns;
-  fns.context = &dev;
-  fns.device = -1;
-  fns.alloc = device_alloc;
-  fns.free = device_free;
-  struct config c;
-  if (parse_config(r->name, &c) == 0 && c.unit) {
-    dev.unit = c.unit;
-    fns.reserve = device_reserve;
-    fns.unreserve = device_unreserve;
-    fns.map = device_map;
-    fns.unmap = device_unmap;
-    fns.map_unit = c.unit;
-    fns.range_size = (capacity + c.unit - 1) / c.unit * c.unit;
-  }
-  gpumem_allocator_t* device = NULL;
-  gpumem_allocator_t* config = NULL;
-  struct source src = {0};
-  struct address_map map = {0};   /* the trace's address to the replay's */
-  struct address_map sizes = {0}; /* the trace's address to the bytes its allocation asked */
-  gpumem_status_t st = gpumem_allocator_create_functions(&fns, &device);
-  if (st == GPUMEM_SUCCESS && make_config(r->name, device, &config, r->error, sizeof r->error) != 0) goto done;
-  if (st != GPUMEM_SUCCESS) {
-    snprintf(r->error, sizeof r->error, "%s: %s", gpumem_status_name(st), gpumem_last_error_detail());
-    goto done;
-  }
-  if (source_open(&src, path, r->error, sizeof r->error) != 0) goto done;
+  struct replay x;
+  memset(&x, 0, sizeof x);
+  x.r = r;
   const int show_progress = isatty(2) && records > 100000;
-  uint64_t live = 0, index = 0;
-  double busy = 0;
   gpumem_trace_record_t rec;
   memset(&rec, 0, sizeof rec);
   rec.struct_size = sizeof rec;
-  for (;; index++) {
-    const int got = source_next(&src, &rec, r->error, sizeof r->error);
+  if (replay_open(&x, path, capacity) != 0) goto done;
+  for (;; x.index++) {
+    const int got = source_next(&x.src, &rec, r->error, sizeof r->error);
     if (got < 0) goto done;
     if (!got) break;
-    if (show_progress && index % (records / 100) == 0) progress(r->name, index, records);
-    if (rec.event == GPUMEM_TRACE_ALLOC) {
-      void* p = NULL;
-      const double t0 = now_ns();
-      st = gpumem_alloc(config, rec.size, (gpumem_stream_t)(uintptr_t)rec.stream, &p);
-      busy += now_ns() - t0;
-      if (st != GPUMEM_SUCCESS) {
-        if (!r->failed++) {
-          r->first_failure_record = index;
-          r->first_failure_size = rec.size;
-          r->first_failure_time_ns = rec.time_ns;
-        }
-        continue;
-      }
-      r->allocs++;
-      if (map_put(&map, rec.address, (uint64_t)(uintptr_t)p) != 0 || map_put(&sizes, rec.address, rec.size) != 0) {
-        snprintf(r->error, sizeof r->error, "out of host memory for the address map");
-        goto done;
-      }
-      live += rec.size;
-      if (live > r->peak_live) r->peak_live = live;
-      if (dev.peak_reserved > r->peak_reserved) {
-        r->peak_reserved = dev.peak_reserved;
-        r->peak_record = index;
-        r->headroom_at_peak = capacity - dev.reserved;
-      }
-    } else if (rec.event == GPUMEM_TRACE_FREE) {
-      void* p = (void*)(uintptr_t)map_take(&map, rec.address);
-      if (!p) { /* allocated before the recording started, or failed in this replay */
-        r->unmatched_frees++;
-        continue;
-      }
-      live -= map_take(&sizes, rec.address);
-      const double t0 = now_ns();
-      st = gpumem_free(config, p, (gpumem_stream_t)(uintptr_t)rec.stream);
-      busy += now_ns() - t0;
-      if (st != GPUMEM_SUCCESS) {
-        snprintf(r->error, sizeof r->error, "record %llu: gpumem_free: %s: %s", (unsigned long long)index,
-                 gpumem_status_name(st), gpumem_last_error_detail());
-        goto done;
-      }
-      r->frees++;
-    } else {
-      continue;
-    }
-    if (observer && observer->on_step) observer->on_step(observer->context, rec.time_ns, live, dev.reserved);
-    if (observer && observer->at_record && index == observer->stop_record) {
-      observer->at_record(observer->context, config, (gpumem_stream_t)(uintptr_t)rec.stream);
+    if (show_progress && x.index % (records / 100) == 0) progress(r->name, x.index, records);
+    /* Allocations that failed when recorded are not replayed, nor a pool's upstream records. */
+    const int made = rec.event == GPUMEM_TRACE_ALLOC  ? replay_alloc(&x, &rec)
+                     : rec.event == GPUMEM_TRACE_FREE ? replay_free(&x, &rec)
+                                                      : 0;
+    if (made < 0) goto done;
+    if (!made) continue;
+    if (observer && observer->on_step) observer->on_step(observer->context, rec.time_ns, x.live, x.dev.reserved);
+    if (observer && observer->at_record && x.index == observer->stop_record) {
+      observer->at_record(observer->context, x.config, (gpumem_stream_t)(uintptr_t)rec.stream);
       break;
     }
   }
   if (show_progress) progress(r->name, records, records);
-  r->ns_per_op = r->allocs + r->frees ? busy / (double)(r->allocs + r->frees) : 0;
+  r->ns_per_op = r->allocs + r->frees ? x.busy / (double)(r->allocs + r->frees) : 0;
 done:
-  map_free(&map);
-  map_free(&sizes);
-  source_close(&src);
-  if (config && config != device) gpumem_allocator_destroy_force(config);
-  if (device) gpumem_allocator_destroy_force(device);
+  replay_close(&x);
 }
 
 uint64_t replay_count_records(const char* path, char* error, size_t error_size) {
@@ -448,112 +399,4 @@ uint64_t replay_count_records(const char* path, char* error, size_t error_size) 
   for (int got; (got = source_next(&src, &rec, error, error_size)) > 0;) n++;
   source_close(&src);
   return n;
-}
-
-/* Bytes in GiB or MiB, after a space, right-aligned in width characters (0: as they come). */
-static void print_bytes(uint64_t b, int width) {
-  if (b >= (1ULL << 30))
-    printf(" %*.2f GiB", width, (double)b / (double)(1ULL << 30));
-  else
-    printf(" %*.2f MiB", width, (double)b / (double)(1ULL << 20));
-}
-
-/* At the peak: the largest allocation the configuration would still give, found by trying (on
- * the peak's stream), so every rule of the configuration counts: its limit, the device's room,
- * its cached pieces, and giving back its cache when it runs short. */
-static void largest_fit(void* context, gpumem_allocator_t* config, gpumem_stream_t stream) {
-  uint64_t* fits = context;
-  uint64_t lo = 0, hi = fits[1]; /* lo succeeds (or is 0); fits[1] is the device's capacity */
-  while (lo < hi) {
-    const uint64_t mid = lo + (hi - lo + 1) / 2;
-    void* p = NULL;
-    if (gpumem_alloc(config, mid, stream, &p) == GPUMEM_SUCCESS) {
-      gpumem_free(config, p, stream);
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  fits[0] = lo;
-}
-
-int replay_main(int argc, char** argv) {
-  const char* path = NULL;
-  uint64_t capacity = 80ULL << 30;
-  const char* configs[16];
-  int nconfigs = 0;
-  for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "--device-memory") && i + 1 < argc) {
-      if (replay_parse_size(argv[++i], &capacity) != 0 || capacity == 0) {
-        fprintf(stderr, "gpumem replay: --device-memory %s: give bytes, or a number with KiB, MiB, GiB or TiB\n",
-                argv[i]);
-        return 2;
-      }
-    } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
-      if (nconfigs == 16) {
-        fprintf(stderr, "gpumem replay: at most 16 configurations\n");
-        return 2;
-      }
-      configs[nconfigs++] = argv[++i];
-    } else if (argv[i][0] == '-' || path) {
-      fprintf(stderr, "gpumem replay: unexpected argument \"%s\"\n", argv[i]);
-      return 2;
-    } else {
-      path = argv[i];
-    }
-  }
-  if (!path) {
-    fprintf(stderr, "usage: gpumem replay TRACE [--device-memory SIZE] [--config NAME]...\n");
-    return 2;
-  }
-  if (!nconfigs) configs[nconfigs++] = "pool";
-  char error[256] = "";
-  const uint64_t records = replay_count_records(path, error, sizeof error);
-  if (error[0]) {
-    fprintf(stderr, "gpumem replay: %s\n", error);
-    return 1;
-  }
-  printf("trace %s: %llu records; simulated device of", path, (unsigned long long)records);
-  print_bytes(capacity, 0);
-  printf("\n\n%-24s %14s %14s %9s %10s %10s %8s %8s\n", "configuration", "peak live", "peak reserved", "reserved/",
-         "ns/op", "allocs", "failed", "unmatched");
-  printf("%-24s %14s %14s %9s\n", "", "", "", "live");
-  int status = 0;
-  for (int c = 0; c < nconfigs; c++) {
-    struct replay_result r;
-    memset(&r, 0, sizeof r);
-    r.name = configs[c];
-    replay_run(path, capacity, records, &r, NULL);
-    if (r.error[0]) {
-      printf("%-24s could not be replayed: %s\n", r.name, r.error);
-      status = 1;
-      continue;
-    }
-    if (r.allocs) { /* again, to the peak, to try what would still fit there */
-      uint64_t fits[2] = {0, capacity};
-      struct replay_result again;
-      memset(&again, 0, sizeof again);
-      again.name = r.name;
-      const struct replay_observer at_peak = {fits, NULL, r.peak_record, largest_fit};
-      replay_run(path, capacity, records, &again, &at_peak);
-      r.fits_at_peak = fits[0];
-    }
-    printf("%-24s", r.name);
-    print_bytes(r.peak_live, 10);
-    print_bytes(r.peak_reserved, 10);
-    printf(" %9.4f %10.1f %10llu %8llu %8llu\n", r.peak_live ? (double)r.peak_reserved / (double)r.peak_live : 0.0,
-           r.ns_per_op, (unsigned long long)r.allocs, (unsigned long long)r.failed,
-           (unsigned long long)r.unmatched_frees);
-    printf("  at the peak (record %llu): the largest allocation that would still succeed is",
-           (unsigned long long)r.peak_record);
-    print_bytes(r.fits_at_peak, 0);
-    printf("; the device had");
-    print_bytes(r.headroom_at_peak, 0);
-    printf(" free\n");
-    if (r.failed)
-      printf("  first out of memory: record %llu, %llu bytes, %.3f s into the trace\n",
-             (unsigned long long)r.first_failure_record, (unsigned long long)r.first_failure_size,
-             (double)r.first_failure_time_ns / 1e9);
-  }
-  return status;
 }

@@ -120,32 +120,67 @@ static uint64_t mapped_extent(const struct blocks* b, size_t first) {
   return extent;
 }
 
-static void write_page(FILE* f, const char* trace, const struct replay_result* r, const struct series* s,
-                       const struct blocks* b) {
+/* Text from outside (the trace's file name, a configuration's name) as HTML text or an attribute's
+ * value: a file may be called "<script>...". */
+static void put_escaped(FILE* f, const char* text) {
+  for (; *text; text++) {
+    switch (*text) {
+      case '&':
+        fputs("&amp;", f);
+        break;
+      case '<':
+        fputs("&lt;", f);
+        break;
+      case '>':
+        fputs("&gt;", f);
+        break;
+      case '"':
+        fputs("&quot;", f);
+        break;
+      case '\'':
+        fputs("&#39;", f);
+        break;
+      default:
+        fputc(*text, f);
+    }
+  }
+}
+
+/* The page's head, its title and the summary table. */
+static void write_summary(FILE* f, const char* trace, const struct replay_result* r) {
   char live[32], reserved[32];
   human(live, sizeof live, r->peak_live);
   human(reserved, sizeof reserved, r->peak_reserved);
-  const uint64_t t_max = s->count ? s->points[s->count - 1].time_ns : 0;
-  const uint64_t y_max = r->peak_reserved > r->peak_live ? r->peak_reserved : r->peak_live;
-  fprintf(f,
-          "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>gpumem: %s</title>\n"
-          "<style>\nbody { font: 14px sans-serif; margin: 24px; color: #222; }\n"
-          "h1 { font-size: 18px; } h2 { font-size: 15px; margin-top: 28px; }\n"
-          "table { border-collapse: collapse; } td, th { padding: 2px 12px 2px 0; text-align: left; }\n"
-          ".axis { stroke: #888; } .label { font-size: 11px; fill: #555; }\n"
-          "polyline { fill: none; stroke-width: 1.5; } .live { stroke: #1f77b4; } .reserved { stroke: #ff7f0e; }\n"
-          ".used { fill: #1f77b4; } .free { fill: #d8d8d8; } .pending { fill: #ff7f0e; } .segment { fill: none; "
-          "stroke: #444; stroke-width: 0.5; }\n.key { display: inline-block; width: 12px; height: 12px; "
-          "margin: 0 4px 0 12px; vertical-align: middle; }\n</style>\n</head>\n<body>\n",
-          trace);
-  fprintf(f, "<h1>gpumem: %s, replayed through %s</h1>\n", trace, r->name);
+  fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>gpumem: ", f);
+  put_escaped(f, trace);
+  fputs(
+      "</title>\n"
+      "<style>\nbody { font: 14px sans-serif; margin: 24px; color: #222; }\n"
+      "h1 { font-size: 18px; } h2 { font-size: 15px; margin-top: 28px; }\n"
+      "table { border-collapse: collapse; } td, th { padding: 2px 12px 2px 0; text-align: left; }\n"
+      ".axis { stroke: #888; } .label { font-size: 11px; fill: #555; }\n"
+      "polyline { fill: none; stroke-width: 1.5; } .live { stroke: #1f77b4; } .reserved { stroke: #ff7f0e; }\n"
+      ".used { fill: #1f77b4; } .free { fill: #d8d8d8; } .pending { fill: #ff7f0e; } .segment { fill: none; "
+      "stroke: #444; stroke-width: 0.5; }\n.key { display: inline-block; width: 12px; height: 12px; "
+      "margin: 0 4px 0 12px; vertical-align: middle; }\n</style>\n</head>\n<body>\n",
+      f);
+  fputs("<h1>gpumem: ", f);
+  put_escaped(f, trace);
+  fputs(", replayed through ", f);
+  put_escaped(f, r->name);
+  fputs("</h1>\n", f);
   fprintf(f,
           "<table id=\"summary\">\n<tr><th>peak live</th><td>%s</td></tr>\n<tr><th>peak reserved</th><td>%s</td></tr>\n"
           "<tr><th>reserved / live</th><td>%.4f</td></tr>\n<tr><th>allocations</th><td>%llu</td></tr>\n"
           "<tr><th>failed allocations</th><td>%llu</td></tr>\n</table>\n",
           live, reserved, r->peak_live ? (double)r->peak_reserved / (double)r->peak_live : 0.0,
           (unsigned long long)r->allocs, (unsigned long long)r->failed);
+}
 
+/* Memory over time: live and reserved bytes against the trace's time. */
+static void write_timeline(FILE* f, const struct replay_result* r, const struct series* s) {
+  const uint64_t t_max = s->count ? s->points[s->count - 1].time_ns : 0;
+  const uint64_t y_max = r->peak_reserved > r->peak_live ? r->peak_reserved : r->peak_live;
   fprintf(f,
           "<h2>Memory over time</h2>\n<p><span class=\"key live\" style=\"background:#1f77b4\"></span>live "
           "(bytes asked for by live allocations)<span class=\"key\" style=\"background:#ff7f0e\"></span>reserved "
@@ -176,7 +211,40 @@ static void write_page(FILE* f, const char* trace, const struct replay_result* r
   polyline(f, s, 1, t_max, y_max, "reserved");
   polyline(f, s, 0, t_max, y_max, "live");
   fprintf(f, "</svg>\n");
+}
 
+/* The rows of the segment map: the first shown segments, scale pixels a byte. */
+static void write_segment_rows(FILE* f, const struct blocks* b, size_t shown, double scale) {
+  size_t row = 0, segment_start = 0;
+  for (size_t i = 0; i < b->count && row <= shown; i++) {
+    const gpumem_block_info_t* x = &b->items[i];
+    const int first = i == 0 || x->segment != b->items[i - 1].segment;
+    if (first && ++row > shown) break;
+    if (first) segment_start = i;
+    const double y = 2 + (double)(row - 1) * 14;
+    if (first) {
+      char size[32];
+      human(size, sizeof size, mapped_extent(b, segment_start));
+      fprintf(f, "<text class=\"label\" x=\"%d\" y=\"%.0f\" text-anchor=\"end\">%s</text>\n", kPlotLeft - 6, y + 9,
+              size);
+    }
+    const int last = i + 1 == b->count || b->items[i + 1].segment != x->segment;
+    if (last)
+      fprintf(f, "<rect class=\"segment\" x=\"%d\" y=\"%.0f\" width=\"%.2f\" height=\"10\"/>\n", kPlotLeft, y,
+              (double)mapped_extent(b, segment_start) * scale);
+    if (x->state == GPUMEM_BLOCK_UNMAPPED) continue;  // the page shows through
+    const double x0 = kPlotLeft + (double)((uintptr_t)x->address - (uintptr_t)x->segment) * scale;
+    const double w = (double)x->size * scale;
+    fprintf(f, "<rect class=\"%s\" x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"10\"><title>%llu bytes at %p, %s",
+            state_class(x->state), x0, y, w > 0.5 ? w : 0.5, (unsigned long long)x->size, x->address,
+            state_class(x->state));
+    if (x->state == GPUMEM_BLOCK_IN_USE) fprintf(f, ", %llu asked", (unsigned long long)x->requested);
+    fprintf(f, "</title></rect>\n");
+  }
+}
+
+/* The pool's segments and blocks at the peak, one row per segment. */
+static void write_segments(FILE* f, const struct replay_result* r, const struct blocks* b) {
   fprintf(f,
           "<h2>Segments at the peak</h2>\n<p>Each row is a segment (a block the pool took from the device), its "
           "width in proportion to the largest; inside, its blocks:<span class=\"key\" "
@@ -185,7 +253,9 @@ static void write_page(FILE* f, const char* trace, const struct replay_result* r
           "is a range of addresses, drawn to the end of its mapped memory; addresses with nothing mapped "
           "are left blank.</p>\n");
   if (b->status != GPUMEM_SUCCESS) {
-    fprintf(f, "<p id=\"no-segments\">No segment map: the configuration %s is not a pool.</p>\n", r->name);
+    fputs("<p id=\"no-segments\">No segment map: the configuration ", f);
+    put_escaped(f, r->name);
+    fputs(" is not a pool.</p>\n", f);
   } else {
     size_t segments = 0;
     uint64_t largest = 1;
@@ -200,35 +270,16 @@ static void write_page(FILE* f, const char* trace, const struct replay_result* r
             "<svg id=\"segments\" width=\"%d\" height=\"%zu\" viewBox=\"0 0 %d %zu\" "
             "xmlns=\"http://www.w3.org/2000/svg\">\n",
             kWidth, shown * 14 + 4, kWidth, shown * 14 + 4);
-    const double scale = (double)(kPlotRight - kPlotLeft) / (double)largest;
-    size_t row = 0, segment_start = 0;
-    for (size_t i = 0; i < b->count && row <= shown; i++) {
-      const gpumem_block_info_t* x = &b->items[i];
-      const int first = i == 0 || x->segment != b->items[i - 1].segment;
-      if (first && ++row > shown) break;
-      if (first) segment_start = i;
-      const double y = 2 + (double)(row - 1) * 14;
-      if (first) {
-        char size[32];
-        human(size, sizeof size, mapped_extent(b, segment_start));
-        fprintf(f, "<text class=\"label\" x=\"%d\" y=\"%.0f\" text-anchor=\"end\">%s</text>\n", kPlotLeft - 6, y + 9,
-                size);
-      }
-      const int last = i + 1 == b->count || b->items[i + 1].segment != x->segment;
-      if (last)
-        fprintf(f, "<rect class=\"segment\" x=\"%d\" y=\"%.0f\" width=\"%.2f\" height=\"10\"/>\n", kPlotLeft, y,
-                (double)mapped_extent(b, segment_start) * scale);
-      if (x->state == GPUMEM_BLOCK_UNMAPPED) continue;  // the page shows through
-      const double x0 = kPlotLeft + (double)((uintptr_t)x->address - (uintptr_t)x->segment) * scale;
-      const double w = (double)x->size * scale;
-      fprintf(f, "<rect class=\"%s\" x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"10\"><title>%llu bytes at %p, %s",
-              state_class(x->state), x0, y, w > 0.5 ? w : 0.5, (unsigned long long)x->size, x->address,
-              state_class(x->state));
-      if (x->state == GPUMEM_BLOCK_IN_USE) fprintf(f, ", %llu asked", (unsigned long long)x->requested);
-      fprintf(f, "</title></rect>\n");
-    }
+    write_segment_rows(f, b, shown, (double)(kPlotRight - kPlotLeft) / (double)largest);
     fprintf(f, "</svg>\n");
   }
+}
+
+static void write_page(FILE* f, const char* trace, const struct replay_result* r, const struct series* s,
+                       const struct blocks* b) {
+  write_summary(f, trace, r);
+  write_timeline(f, r, s);
+  write_segments(f, r, b);
   fprintf(f, "</body>\n</html>\n");
 }
 
@@ -243,10 +294,8 @@ int viz_main(int argc, char** argv) {
     } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
       config = argv[++i];
     } else if (!strcmp(argv[i], "--device-memory") && i + 1 < argc) {
-      if (replay_parse_size(argv[++i], &capacity) != 0 || capacity == 0) {
-        fprintf(stderr, "gpumem viz: --device-memory %s: give bytes, or a number with KiB, MiB, GiB or TiB\n", argv[i]);
-        return 2;
-      }
+      if (replay_size_option("viz", argv[i], argv[i + 1], &capacity) != 0) return 2;
+      i++;
     } else if (argv[i][0] == '-' || path) {
       fprintf(stderr, "gpumem viz: unexpected argument \"%s\"\n", argv[i]);
       return 2;

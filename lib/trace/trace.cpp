@@ -1,10 +1,14 @@
 #include "trace/trace.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cinttypes>
 #include <cstring>
-#include <fstream>
 #include <iterator>
 
 #include "core/error.hpp"
@@ -131,51 +135,114 @@ void Recorder::close() {
 }
 
 Reader::Reader(const std::string& path) : path_(path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(GPUMEM_ERROR_IO, "cannot open the trace file %s: %s", path.c_str(), std::strerror(errno));
-  data_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  if (in.bad()) fail(GPUMEM_ERROR_IO, "cannot read the trace file %s", path.c_str());
-  if (data_.size() < kFixedHeader || std::memcmp(data_.data(), kMagic, sizeof kMagic) != 0)
-    fail(GPUMEM_ERROR_IO, "%s is not a gpumem trace (it does not start with GPUMEMTR)", path.c_str());
-  const unsigned char* p = data_.data();
-  header_.version = get_le<uint32_t>(p + 8);
-  if (header_.version != kVersion)
-    fail(GPUMEM_ERROR_IO, "%s is a gpumem trace of format version %u; this gpumem reads version %u", path.c_str(),
-         header_.version, kVersion);
-  const auto header_bytes = get_le<uint32_t>(p + 12);
-  header_.device = get_le<int32_t>(p + 16);
-  header_.start_unix_ns = get_le<uint64_t>(p + 24);
-  const auto kind_bytes = get_le<uint16_t>(p + 32);
-  if (header_bytes < kFixedHeader + kind_bytes || header_bytes > data_.size()) {
-    at_ = 12;
-    bad("a header size that does not fit the file");
-  }
-  header_.kind.assign(reinterpret_cast<const char*>(p + kFixedHeader), kind_bytes);
-  at_ = header_bytes;
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) fail(GPUMEM_ERROR_IO, "cannot open the trace file %s: %s", path.c_str(), std::strerror(errno));
+  start(kBufferBytes);
 }
 
-void Reader::bad(const char* what) const {
-  fail(GPUMEM_ERROR_IO, "the trace file %s is damaged at byte %zu: %s", path_.c_str(), at_, what);
+Reader::Reader(int fd, std::string name, size_t buffer_bytes) : fd_(fd), path_(std::move(name)) { start(buffer_bytes); }
+
+Reader::~Reader() { ::close(fd_); }
+
+void Reader::start(size_t buffer_bytes) {
+  try {
+    buffer_.resize(std::max<size_t>(buffer_bytes, 1));
+    read_header();
+  } catch (...) {
+    ::close(fd_);  // the destructor does not run for a constructor that throws
+    throw;
+  }
+}
+
+// Each part is checked as soon as its bytes are in, so a file that is not a trace is refused after
+// its first eight bytes, however long it is and however slowly a pipe delivers it.
+void Reader::read_header() {
+  unsigned char fixed[kFixedHeader];
+  if (take(fixed, sizeof kMagic) < sizeof kMagic || std::memcmp(fixed, kMagic, sizeof kMagic) != 0)
+    fail(GPUMEM_ERROR_IO, "%s is not a gpumem trace (it does not start with GPUMEMTR)", path_.c_str());
+  if (take(fixed + 8, 4) < 4) bad(at_, "the header ends early");
+  header_.version = get_le<uint32_t>(fixed + 8);
+  if (header_.version != kVersion)
+    fail(GPUMEM_ERROR_IO, "%s is a gpumem trace of format version %u; this gpumem reads version %u", path_.c_str(),
+         header_.version, kVersion);
+  if (take(fixed + 12, kFixedHeader - 12) < kFixedHeader - 12) bad(at_, "the header ends early");
+  const auto header_bytes = get_le<uint32_t>(fixed + 12);
+  header_.device = get_le<int32_t>(fixed + 16);
+  header_.start_unix_ns = get_le<uint64_t>(fixed + 24);
+  const auto kind_bytes = get_le<uint16_t>(fixed + 32);
+  if (header_bytes < kFixedHeader + kind_bytes)
+    bad(12, format("a header size of %u bytes, less than the %zu that its fields and its %u-byte kind take",
+                   header_bytes, kFixedHeader + kind_bytes, kind_bytes));
+  if (header_bytes > kMaxHeaderBytes)
+    bad(12, format("a header size of %u bytes, more than the %u a gpumem trace's header may have", header_bytes,
+                   kMaxHeaderBytes));
+  header_.kind.resize(kind_bytes);
+  if (take(reinterpret_cast<unsigned char*>(header_.kind.data()), kind_bytes) < kind_bytes)
+    bad(12, format("a header size of %u bytes, past the end of the file at byte %" PRIu64, header_bytes, at_));
+  // Fields of a later revision, which this version does not know, are skipped.
+  while (at_ < header_bytes) {
+    if (!fill())
+      bad(12, format("a header size of %u bytes, past the end of the file at byte %" PRIu64, header_bytes, at_));
+    const size_t skip = std::min<uint64_t>(end_ - begin_, header_bytes - at_);
+    begin_ += skip;
+    at_ += skip;
+  }
+}
+
+bool Reader::fill() {
+  if (begin_ < end_) return true;
+  if (at_end_) return false;
+  ssize_t n;
+  do {
+    n = ::read(fd_, buffer_.data(), buffer_.size());
+  } while (n < 0 && errno == EINTR);
+  if (n < 0)
+    fail(GPUMEM_ERROR_IO, "reading the trace file %s failed at byte %" PRIu64 ": %s", path_.c_str(), at_,
+         std::strerror(errno));
+  begin_ = 0;
+  end_ = static_cast<size_t>(n);
+  at_end_ = n == 0;
+  return n > 0;
+}
+
+size_t Reader::take(unsigned char* out, size_t n) {
+  size_t got = 0;
+  while (got < n && fill()) {
+    const size_t k = std::min(n - got, end_ - begin_);
+    std::memcpy(out + got, buffer_.data() + begin_, k);
+    begin_ += k;
+    at_ += k;
+    got += k;
+  }
+  return got;
+}
+
+void Reader::bad(uint64_t offset, const std::string& what) const {
+  fail(GPUMEM_ERROR_IO, "the trace file %s is damaged at byte %" PRIu64 ": %s", path_.c_str(), offset, what.c_str());
 }
 
 uint64_t Reader::varint() {
   uint64_t v = 0;
   for (int shift = 0; shift < 64; shift += 7) {
-    if (at_ >= data_.size()) bad("a record ends early");
-    const unsigned char b = data_[at_++];
+    if (!fill()) bad(at_, "a record ends early");
+    const unsigned char b = buffer_[begin_];
+    // The tenth byte holds the 64th bit only: anything more would be lost, so it is damage.
+    if (shift == 63 && (b & 0x7e)) bad(at_, "a number larger than 64 bits");
+    ++begin_;
+    ++at_;
     v |= static_cast<uint64_t>(b & 0x7f) << shift;
     if (!(b & 0x80)) return v;
   }
-  bad("a number longer than ten bytes");
+  bad(at_, "a number longer than ten bytes");
 }
 
 bool Reader::next(Record& out) {
-  if (at_ == data_.size()) return false;
-  const unsigned char event = data_[at_++];
-  if (event < static_cast<unsigned char>(Event::kAlloc) || event > static_cast<unsigned char>(Event::kAllocFailed)) {
-    --at_;
-    bad("an unknown record kind");
-  }
+  if (!fill()) return false;
+  const unsigned char event = buffer_[begin_];
+  if (event < static_cast<unsigned char>(Event::kAlloc) || event > static_cast<unsigned char>(Event::kAllocFailed))
+    bad(at_, "an unknown record kind");
+  ++begin_;
+  ++at_;
   Record r;
   r.event = static_cast<Event>(event);
   time_ns_ += varint();

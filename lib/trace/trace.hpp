@@ -83,26 +83,47 @@ class Recorder {
   std::string error_;  // the first failure, reported by close()
 };
 
-// Reads a trace file written by Recorder; throws GPUMEM_ERROR_IO for a file that cannot be read
-// or is not a gpumem trace, naming the offset of the first bad byte.
+// Reads a trace file written by Recorder, as a stream: the header is checked as its bytes arrive
+// and records are decoded through a buffer of a fixed size, so neither a huge file nor a pipe
+// that never ends (/dev/zero) grows its memory. Throws GPUMEM_ERROR_IO for a file that cannot be
+// read or is not a gpumem trace, naming the offset of the first bad byte.
 class Reader {
  public:
+  static constexpr size_t kBufferBytes = 64 << 10;
+  // The largest header it accepts: room for fields a later version may add, bounded so that a
+  // damaged header size is refused rather than read through.
+  static constexpr uint32_t kMaxHeaderBytes = 1 << 20;
+
   explicit Reader(const std::string& path);
+  // Reads from fd, which it then owns, naming it name in its errors, at most buffer_bytes at a time
+  // (small buffers let the fuzzer reach every place where a record can straddle two reads).
+  Reader(int fd, std::string name, size_t buffer_bytes = kBufferBytes);
+  ~Reader();
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+
   const Header& header() const { return header_; }
   // The next record; false at the end of the file.
   bool next(Record& out);
 
  private:
+  void start(size_t buffer_bytes);  // the buffer and the header; closes the file if either fails
+  void read_header();
+  bool fill();                                // false at the end of the file
+  size_t take(unsigned char* out, size_t n);  // up to n bytes; fewer only at the end of the file
   uint64_t varint();
   int64_t zigzag() {
     const uint64_t v = varint();
     return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1);
   }
-  [[noreturn]] void bad(const char* what) const;
+  [[noreturn]] void bad(uint64_t offset, const std::string& what) const;
 
+  int fd_ = -1;
   std::string path_;
-  std::vector<unsigned char> data_;
-  size_t at_ = 0;
+  std::vector<unsigned char> buffer_;
+  size_t begin_ = 0, end_ = 0;  // the bytes read but not yet decoded: buffer_[begin_, end_)
+  bool at_end_ = false;
+  uint64_t at_ = 0;  // the offset in the file of buffer_[begin_]
   Header header_;
   uint64_t time_ns_ = 0;
   uint64_t address_ = 0;
