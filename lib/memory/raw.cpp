@@ -318,6 +318,10 @@ void managed_advise(void* p, size_t size, int advice, int location) {
   const driver::Api& a = driver::api();
   if (!a.cuMemAdvise) fail(GPUMEM_ERROR_NOT_SUPPORTED, "advice needs a CUDA 12.2 or newer driver");
   driver::ContextScope scope(context_of(info));
+  // Measured on the H200: the driver refuses advice during a global-mode capture and ends the
+  // capture, so gpumem refuses first.
+  driver::refuse_during_capture("gpumem_managed_advise", "giving advice on managed memory (cuMemAdvise)",
+                                "give the advice before the capture begins or after it ends");
   const CUmemLocation loc = takes_location ? location_of(location) : location_of(info.device);
   const CUresult r = a.cuMemAdvise(address(p), size, static_cast<CUmem_advise>(advice), loc);
   if (r != CUDA_SUCCESS)

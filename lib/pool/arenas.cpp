@@ -83,8 +83,6 @@ void Pool::add_segment(uintptr_t base, size_t size, Arena* arena) {
   segments_.emplace(base, Segment{size, arena});
 }
 
-Pool::Arena* Pool::find_arena(uintptr_t key) const { return table_.load(std::memory_order_acquire)->find(key); }
-
 Pool::Arena* Pool::make_arena(uintptr_t key, gpumem_stream_t stream) {
   for (Arena* a : emptied_) {
     {
@@ -205,32 +203,6 @@ std::vector<Pool::Arena*> Pool::all_arenas() {
   out.reserve(arenas_.size());
   for (auto& a : arenas_) out.push_back(a.get());
   return out;
-}
-
-Pool::Chunk* Pool::find_live(uintptr_t p, Arena* hint, ArenaLock& lock) {
-  const auto not_owned = [p] [[noreturn]] {
-    fail(GPUMEM_ERROR_NOT_OWNED, "%p was not allocated by this pool, or is freed already (out-of-pool memory)",
-         reinterpret_cast<void*>(p));
-  };
-  const auto look = [&](Arena* a) -> Chunk* {
-    lock = ArenaLock(a->lock);
-    const auto it = a->chunks.find(p);
-    if (it != a->chunks.end()) {
-      if (it->second->in_use && !it->second->pending) return it->second;
-      lock.unlock();
-      not_owned();
-    }
-    lock.unlock();
-    return nullptr;
-  };
-  if (hint)
-    if (Chunk* c = look(hint)) return c;
-  // Memory freed on another stream than the one it came from, or asked about without a stream:
-  // the arena its segment belongs to. A live chunk's segment does not move meanwhile (only whole
-  // free blocks do).
-  if (Arena* a = segment_arena(p); a && a != hint)
-    if (Chunk* c = look(a)) return c;
-  not_owned();
 }
 
 }  // namespace gpumem::pool

@@ -76,29 +76,6 @@ void* Pool::take_own_or_across(Arena& arena, size_t size, size_t rounded, gpumem
   return take_block_across(arena, rounded, size, stream);
 }
 
-void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
-  if (size > SIZE_MAX - (kRound - 1))
-    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s overflows rounding to %zu bytes", bytes(size).c_str(), kRound);
-  const size_t rounded = (size + kRound - 1) / kRound * kRound;
-  mem_size = rounded;
-  const uintptr_t key = stream_key(stream);
-  if (Arena* a = find_arena(key)) {
-    std::lock_guard<SpinLock> lock(a->lock);
-    // Found without a lock: it may have been retired, or serve another stream now.
-    if (a->key() == key)
-      if (Chunk* c = take(*a, rounded)) return hand_out(c, size, stream);
-  }
-  Arena& arena = pin_arena(stream);
-  try {
-    void* p = allocate_slow(arena, size, rounded, stream);
-    unpin(arena);
-    return p;
-  } catch (...) {
-    unpin(arena);  // a failed call leaves no arena behind for a new stream
-    throw;
-  }
-}
-
 void* Pool::allocate_slow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream) {
   // Frees whose other streams have finished, then another stream's free memory, before the
   // upstream.

@@ -197,6 +197,57 @@ void* Pool::hand_out(Chunk* c, size_t size, gpumem_stream_t stream) {
   return reinterpret_cast<void*>(c->ptr);
 }
 
+// The fast paths, do_allocate and do_deallocate, live here beside take() and finish_free(), so
+// that the compiler inlines them.
+void* Pool::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size) {
+  if (size > SIZE_MAX - (kRound - 1))
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s overflows rounding to %zu bytes", bytes(size).c_str(), kRound);
+  const size_t rounded = (size + kRound - 1) / kRound * kRound;
+  mem_size = rounded;
+  const uintptr_t key = stream_key(stream);
+  if (Arena* a = find_arena(key)) {
+    std::lock_guard<SpinLock> lock(a->lock);
+    // Found without a lock: it may have been retired, or serve another stream now.
+    if (a->key() == key)
+      if (Chunk* c = take(*a, rounded)) return hand_out(c, size, stream);
+  }
+  Arena& arena = pin_arena(stream);
+  try {
+    void* p = allocate_slow(arena, size, rounded, stream);
+    unpin(arena);
+    return p;
+  } catch (...) {
+    unpin(arena);  // a failed call leaves no arena behind for a new stream
+    throw;
+  }
+}
+
+Pool::Chunk* Pool::find_live(uintptr_t p, Arena* hint, ArenaLock& lock) {
+  const auto not_owned = [p] [[noreturn]] {
+    fail(GPUMEM_ERROR_NOT_OWNED, "%p was not allocated by this pool, or is freed already (out-of-pool memory)",
+         reinterpret_cast<void*>(p));
+  };
+  const auto look = [&](Arena* a) -> Chunk* {
+    lock = ArenaLock(a->lock);
+    const auto it = a->chunks.find(p);
+    if (it != a->chunks.end()) {
+      if (it->second->in_use && !it->second->pending) return it->second;
+      lock.unlock();
+      not_owned();
+    }
+    lock.unlock();
+    return nullptr;
+  };
+  if (hint)
+    if (Chunk* c = look(hint)) return c;
+  // Memory freed on another stream than the one it came from, or asked about without a stream:
+  // the arena its segment belongs to. A live chunk's segment does not move meanwhile (only whole
+  // free blocks do).
+  if (Arena* a = segment_arena(p); a && a != hint)
+    if (Chunk* c = look(a)) return c;
+  not_owned();
+}
+
 void* Pool::grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, bool& over_limit) {
   if (ranges_) return grow_in_place(arena, size, rounded, stream, over_limit);
   {

@@ -84,12 +84,18 @@ struct alignas(64) Pool::Arena {
     key_.store(k, std::memory_order_relaxed);
     stream_.store(s, std::memory_order_relaxed);
   }
-  alignas(64) SpinLock lock;  // guards everything below
-  uint32_t pins = 0;          // calls working on the arena outside its lock: it is not retired meanwhile
-  bool retired = false;       // held nothing, and is kept for reuse (in spare_arenas_)
-  bool noted = false;         // in the pool's emptied_
-  size_t index = 0;           // in the pool's arenas_, while not retired
-  uint64_t summary = 0;       // bit w set: words[w] is not 0
+  alignas(64) SpinLock lock;  // guards everything below but key_ and stream_
+
+ private:
+  std::atomic<uintptr_t> key_;  // beside the lock: the fast path checks it under the lock
+  std::atomic<gpumem_stream_t> stream_;
+
+ public:
+  uint32_t pins = 0;     // calls working on the arena outside its lock: it is not retired meanwhile
+  bool retired = false;  // held nothing, and is kept for reuse (in spare_arenas_)
+  bool noted = false;    // in the pool's emptied_
+  size_t index = 0;      // in the pool's arenas_, while not retired
+  uint64_t summary = 0;  // bit w set: words[w] is not 0
   std::array<uint64_t, kWords> words{};
   std::array<Chunk*, kClasses> heads{};
   uint64_t free_blocks = 0;
@@ -107,11 +113,6 @@ struct alignas(64) Pool::Arena {
   uint64_t in_use = 0, requested = 0, live = 0, allocs = 0, frees = 0;
   uint64_t published = 0;  // in_use as last added to the pool's published_in_use_
 
- private:
-  std::atomic<uintptr_t> key_;
-  std::atomic<gpumem_stream_t> stream_;
-
- public:
   // The first non-empty class at or above c, or -1.
   int find_from(int c) const {
     if (c >= kClasses) return -1;
@@ -178,5 +179,7 @@ struct Pool::ArenaTable {
     for (auto& a : arenas) insert(a.get());
   }
 };
+
+inline Pool::Arena* Pool::find_arena(uintptr_t key) const { return table_.load(std::memory_order_acquire)->find(key); }
 
 }  // namespace gpumem::pool
