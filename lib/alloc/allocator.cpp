@@ -1,25 +1,18 @@
 #include "alloc/allocator.hpp"
 
-#include "core/keep.hpp"
-
 #include <algorithm>
 
 namespace gpumem::alloc {
 
-void* Allocator::operator new(size_t size) { return ::operator new(size); }
-
-void* Allocator::operator new(size_t size, std::align_val_t alignment) { return ::operator new(size, alignment); }
-
-void Allocator::operator delete(void* p, size_t size, std::align_val_t) noexcept { operator delete(p, size); }
-
-// Never freed: a destroyed allocator's memory stays readable and marked destroyed, and is never
-// reused, so a stale handle is refused rather than taken for another allocator. The cost is the
-// object itself (a few hundred bytes) per destroyed allocator; what it held is freed.
-void Allocator::operator delete(void* p, size_t) noexcept { keep_forever(p); }
-
 void Allocator::refuse(gpumem_allocator_t* handle) {
-  fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem allocator (destroyed, or never created)",
-       static_cast<void*>(handle));
+  const void* p = handle;
+  if (!p) fail(GPUMEM_ERROR_INVALID_HANDLE, "NULL is not a live gpumem allocator (this call takes no default)");
+  if (!in_handle_space(p))
+    fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem allocator: gpumem made no handle at that address", p);
+  if (handle->magic == gpumem_allocator_s::kDestroyed)
+    fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem allocator: it was destroyed", p);
+  fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem allocator: another kind of handle, or the inside of one",
+       p);
 }
 
 void Allocator::set_peer_access(int peer_device, bool) {

@@ -11,13 +11,16 @@
 
 #include "alloc/stream_order.hpp"
 #include "core/error.hpp"
+#include "core/keep.hpp"
 #include "core/spin_lock.hpp"
 #include "gpumem/allocator.h"
 #include "trace/trace.hpp"
 
 struct gpumem_allocator_s {
-  // A live handle carries this; destroy clears it, so a stale or foreign handle is refused.
-  static constexpr uint64_t kLive = 0x676d616c6c6f6321;  // "gmalloc!"
+  // A live handle carries this; destroy replaces it, so a stale handle, or one of another type, is
+  // refused.
+  static constexpr uint64_t kLive = 0x676d616c6c6f6321;       // "gmalloc!"
+  static constexpr uint64_t kDestroyed = 0x676d64656164216d;  // "gmdead!m"
   uint64_t magic = kLive;
 };
 
@@ -90,15 +93,17 @@ class Allocator : public gpumem_allocator_s {
   Allocator(int device, const char* kind) : device_(device), kind_(kind) {}
   virtual ~Allocator();
 
-  // The memory of a destroyed allocator is never given back nor reused: a stale handle then still
-  // points at readable memory whose mark says "destroyed".
-  static void* operator new(size_t size);
-  static void operator delete(void* p, size_t size) noexcept;
+  // In the handle space (core/keep.hpp): the memory of a destroyed allocator is never given back
+  // nor reused, so a stale handle still points at gpumem's memory, whose mark says "destroyed".
+  static void* operator new(size_t size) { return handle_allocate(size); }
+  static void operator delete(void*, size_t) noexcept {}
   // For kinds that align members to cache lines (the pool).
-  static void* operator new(size_t size, std::align_val_t alignment);
-  static void operator delete(void* p, size_t size, std::align_val_t alignment) noexcept;
+  static void* operator new(size_t size, std::align_val_t alignment) {
+    return handle_allocate(size, static_cast<size_t>(alignment));
+  }
+  static void operator delete(void*, size_t, std::align_val_t) noexcept {}
   // Marks a handle destroyed; destroy calls it before deleting.
-  void mark_destroyed() { *const_cast<volatile uint64_t*>(&magic) = 0; }
+  void mark_destroyed() { *const_cast<volatile uint64_t*>(&magic) = kDestroyed; }
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
 
@@ -142,9 +147,11 @@ class Allocator : public gpumem_allocator_s {
   // Frees every live allocation (destroy_force).
   virtual void free_all_live() = 0;
 
-  // The allocator behind a handle from C; throws GPUMEM_ERROR_INVALID_HANDLE.
+  // The allocator behind a handle from C; throws GPUMEM_ERROR_INVALID_HANDLE. Reads through the
+  // handle only once it is known to point into the handle space. Every gpumem_alloc() and
+  // gpumem_free() runs it: a few instructions, no lock.
   static Allocator* from(gpumem_allocator_t* handle) {
-    if (handle == nullptr || handle->magic != gpumem_allocator_s::kLive) refuse(handle);
+    if (__builtin_expect(!in_handle_space(handle) || handle->magic != gpumem_allocator_s::kLive, 0)) refuse(handle);
     return static_cast<Allocator*>(handle);
   }
   [[noreturn]] static void refuse(gpumem_allocator_t* handle);

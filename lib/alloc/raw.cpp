@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <iterator>
+#include <map>
+#include <new>
 #include <vector>
 
 #include "memory/memory.hpp"
@@ -217,20 +220,76 @@ class FunctionsAllocator final : public RawAllocator, public Ranges {
   size_t unit() const override { return f_.map_unit; }
   size_t range_size() const override { return f_.range_size; }
   uintptr_t reserve(size_t size) override {
-    void* p = nullptr;
-    const gpumem_status_t st = f_.reserve(f_.context, size, device(), &p);
+    void* got = nullptr;
+    const gpumem_status_t st = f_.reserve(f_.context, size, device(), &got);
     if (st != GPUMEM_SUCCESS)
       fail(known(st), "the caller's reserve function returned %s (%d) for %s", status_name(st), st,
            bytes(size).c_str());
-    if (!p || reinterpret_cast<uintptr_t>(p) % f_.map_unit) {
-      if (p) f_.unreserve(f_.context, p, size, device());
-      fail(GPUMEM_ERROR_INTERNAL,
-           "the caller's reserve function returned %p for %s, not a start aligned to map_unit %s", p,
-           bytes(size).c_str(), bytes(f_.map_unit).c_str());
+    const auto p = reinterpret_cast<uintptr_t>(got);
+    if (!p)
+      fail(GPUMEM_ERROR_INTERNAL, "the caller's reserve function returned success but no range (NULL) for %s",
+           bytes(size).c_str());
+    const bool wraps = size > UINTPTR_MAX - p;  // ends past the last address, or at 2^64 itself
+    const bool aligned = p % f_.map_unit == 0;
+    // A range that overlaps one still held would give two pools, or two streams of one, the same
+    // addresses; giving it back would release the one held, which a pool is using.
+    bool overlaps = false, held = false;
+    std::pair<uintptr_t, size_t> other;
+    {
+      std::lock_guard<SpinLock> lock(mutex_);
+      const auto after = held_.lower_bound(p);
+      if (after != held_.begin() && std::prev(after)->first + std::prev(after)->second > p) {
+        overlaps = true;
+        other = *std::prev(after);
+      } else if (after != held_.end() && (wraps || after->first < p + size)) {
+        overlaps = true;
+        other = *after;
+      } else if (!wraps && aligned) {
+        try {
+          held_.emplace(p, size);
+          held = true;
+        } catch (const std::bad_alloc&) {
+        }
+      }
     }
-    return reinterpret_cast<uintptr_t>(p);
+    if (held) return p;
+    if (overlaps)
+      fail(GPUMEM_ERROR_INTERNAL,
+           "the caller's reserve function returned %p for %s, which overlaps the range of %s at %p that it gave "
+           "before and that is still reserved; the new range was not given back (unreserving it would release the "
+           "one in use)",
+           got, bytes(size).c_str(), bytes(other.second).c_str(), reinterpret_cast<void*>(other.first));
+    f_.unreserve(f_.context, got, size, device());
+    if (wraps)
+      fail(GPUMEM_ERROR_INTERNAL,
+           "the caller's reserve function returned %p for %s, a range that runs past the end of the address space; "
+           "it was given back (unreserve)",
+           got, bytes(size).c_str());
+    if (!aligned)
+      fail(GPUMEM_ERROR_INTERNAL,
+           "the caller's reserve function returned %p for %s, not a start aligned to map_unit %s; it was given back "
+           "(unreserve)",
+           got, bytes(size).c_str(), bytes(f_.map_unit).c_str());
+    throw std::bad_alloc();  // no memory to remember the range: given back
   }
-  void unreserve(uintptr_t base, size_t size) override { call(f_.unreserve, "unreserve", base, size); }
+  void unreserve(uintptr_t base, size_t size) override {
+    // Forgotten first, so that a range the caller's reserve hands out again as soon as it is back
+    // is not taken for one still held.
+    decltype(held_)::node_type node;
+    {
+      std::lock_guard<SpinLock> lock(mutex_);
+      node = held_.extract(base);
+    }
+    try {
+      call(f_.unreserve, "unreserve", base, size);
+    } catch (...) {
+      if (node) {
+        std::lock_guard<SpinLock> lock(mutex_);
+        held_.insert(std::move(node));  // still reserved: still held
+      }
+      throw;
+    }
+  }
   void map(uintptr_t p, size_t size) override {
     call(f_.map, "map", p, size);
     std::lock_guard<SpinLock> lock(mutex_);
@@ -271,6 +330,7 @@ class FunctionsAllocator final : public RawAllocator, public Ranges {
 
  private:
   gpumem_allocator_functions_t f_;
+  std::map<uintptr_t, size_t> held_;  // ranges from reserve not yet given back, by start; under mutex_
 };
 
 }  // namespace

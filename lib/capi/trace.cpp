@@ -16,6 +16,56 @@ using gpumem::alloc::Allocator;
 using gpumem::capi::guard;
 using gpumem::trace::Recorder;
 
+namespace {
+
+// What a caller's gpumem_trace_t* and gpumem_trace_reader_t* point at: shells in the handle space
+// (core/keep.hpp), never freed, so that a stale handle is refused rather than read after it is
+// gone, and a pointer that is no handle is refused before anything is read through it.
+template <uint64_t Live>
+struct Shell {
+  static constexpr uint64_t kLive = Live;
+  static constexpr uint64_t kClosed = ~Live;
+  uint64_t magic = kLive;  // first: what a check reads
+
+  static void* operator new(size_t size) { return gpumem::handle_allocate(size); }
+  static void operator delete(void*, size_t) noexcept {}
+  // Marks the handle closed, before it is deleted; volatile, so that the store is not dropped as
+  // one to an object whose life ends.
+  void mark_closed() { *const_cast<volatile uint64_t*>(&magic) = kClosed; }
+
+  // Whether a handle is a live one of this type.
+  static bool live(const void* handle) {
+    return gpumem::in_handle_space(handle) && *static_cast<const uint64_t*>(handle) == kLive;
+  }
+  // Why it is not, for the detail.
+  static const char* why(const void* handle) {
+    if (!handle) return "it is NULL";
+    if (!gpumem::in_handle_space(handle)) return "gpumem made no handle at that address";
+    if (*static_cast<const uint64_t*>(handle) == kClosed) return "it is closed";
+    return "it is another kind of handle, or the inside of one";
+  }
+};
+
+// A recording behind a handle. The Recorder is never deleted either (trace/trace.hpp).
+struct TraceHandle : Shell<0x7472616365616c21> {  // "traceal!"
+  Recorder* recorder = nullptr;
+};
+
+// A reader behind a handle; closing frees the file's contents.
+struct ReaderHandle : Shell<0x7472726561646572> {  // "trreader"
+  std::unique_ptr<gpumem::trace::Reader> reader;
+  std::string damage;  // the first failure of next(), repeated by later calls
+};
+
+ReaderHandle* reader_from(gpumem_trace_reader_t* handle) {
+  if (!ReaderHandle::live(handle))
+    fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not an open trace reader (closed already, or never opened): %s",
+         static_cast<void*>(handle), ReaderHandle::why(handle));
+  return reinterpret_cast<ReaderHandle*>(handle);
+}
+
+}  // namespace
+
 GPUMEM_API gpumem_status_t gpumem_trace_start(gpumem_allocator_t* allocator, const char* path, uint32_t flags,
                                               gpumem_trace_t** out_trace) {
   return guard([&] {
@@ -23,48 +73,28 @@ GPUMEM_API gpumem_status_t gpumem_trace_start(gpumem_allocator_t* allocator, con
     *out_trace = nullptr;
     require(path != nullptr, "path is NULL");
     if (flags != 0) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "flags is 0x%x; no flag is defined yet: pass 0", flags);
-    Recorder* r = gpumem::alloc::resolve(allocator)->start_trace(path);
-    *out_trace = reinterpret_cast<gpumem_trace_t*>(r);
+    Allocator* a = gpumem::alloc::resolve(allocator);
+    auto h = std::make_unique<TraceHandle>();  // before the start, which cannot be undone
+    h->recorder = a->start_trace(path);
+    *out_trace = reinterpret_cast<gpumem_trace_t*>(h.release());
   });
 }
 
 GPUMEM_API gpumem_status_t gpumem_trace_stop(gpumem_trace_t* trace) {
   return guard([&] {
-    auto* r = reinterpret_cast<Recorder*>(trace);
-    if (!r || r->magic != Recorder::kLive)
-      fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a trace being recorded (stopped already, or never started)",
-           static_cast<void*>(trace));
-    r->magic = 0;
+    if (!TraceHandle::live(trace))
+      fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a trace being recorded (stopped already, or never started): %s",
+           static_cast<void*>(trace), TraceHandle::why(trace));
+    auto* h = reinterpret_cast<TraceHandle*>(trace);
+    h->mark_closed();
+    Recorder* r = h->recorder;
+    delete h;
     if (void* owner = r->owner.exchange(nullptr))
       static_cast<Allocator*>(owner)->stop_trace(r);
     else
       r->close();  // its allocator is gone and completed the file
   });
 }
-
-namespace {
-
-// A reader behind a handle. The shell is never freed, so that a closed handle is refused rather
-// than read after it is gone; closing frees the file's contents.
-struct ReaderHandle {
-  static constexpr uint64_t kLive = 0x7472726561646572;  // "trreader"
-  uint64_t magic = kLive;
-  std::unique_ptr<gpumem::trace::Reader> reader;
-  std::string damage;  // the first failure of next(), repeated by later calls
-
-  static void* operator new(size_t size) { return ::operator new(size); }
-  static void operator delete(void* p, size_t) noexcept { gpumem::keep_forever(p); }
-};
-
-ReaderHandle* reader_from(gpumem_trace_reader_t* handle) {
-  auto* h = reinterpret_cast<ReaderHandle*>(handle);
-  if (!h || h->magic != ReaderHandle::kLive)
-    fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not an open trace reader (closed already, or never opened)",
-         static_cast<void*>(handle));
-  return h;
-}
-
-}  // namespace
 
 GPUMEM_API gpumem_status_t gpumem_trace_reader_open(const char* path, gpumem_trace_reader_t** out_reader) {
   return guard([&] {
@@ -124,7 +154,7 @@ GPUMEM_API gpumem_status_t gpumem_trace_reader_close(gpumem_trace_reader_t* read
   return guard([&] {
     if (!reader) return;
     ReaderHandle* h = reader_from(reader);
-    h->magic = 0;
+    h->mark_closed();
     delete h;
   });
 }

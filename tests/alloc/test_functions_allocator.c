@@ -504,6 +504,235 @@ static void test_functions_allocator_larger_struct_accepted(void** state) {
   assert_int_equal(c.destroys, 1);
 }
 
+/* Address ranges from a reserve function that the caller got wrong: it hands out the starts it is
+ * given, in turn (the last one again and again), whatever it handed out before. Mapping does
+ * nothing: the test owns the memory behind the starts, or nobody touches it. */
+typedef struct liar {
+  uintptr_t starts[4];
+  int count;
+  int reserves, unreserves, maps, unmaps;
+  void* unreserved; /* what the last unreserve was given */
+} liar_t;
+
+enum { kLiarUnit = 4096, kLiarRange = 64 << 10 };
+
+static gpumem_status_t liar_reserve(void* context, size_t size, int32_t device, void** out_ptr) {
+  liar_t* l = context;
+  (void)device;
+  assert_int_equal(size, kLiarRange);
+  const int i = l->reserves < l->count ? l->reserves : l->count - 1;
+  l->reserves++;
+  *out_ptr = (void*)l->starts[i];
+  return GPUMEM_SUCCESS;
+}
+
+static gpumem_status_t liar_unreserve(void* context, void* ptr, size_t size, int32_t device) {
+  liar_t* l = context;
+  (void)device;
+  assert_int_equal(size, kLiarRange);
+  l->unreserves++;
+  l->unreserved = ptr;
+  return GPUMEM_SUCCESS;
+}
+
+static gpumem_status_t liar_map(void* context, void* ptr, size_t size, int32_t device) {
+  (void)ptr, (void)size, (void)device;
+  ((liar_t*)context)->maps++;
+  return GPUMEM_SUCCESS;
+}
+
+static gpumem_status_t liar_unmap(void* context, void* ptr, size_t size, int32_t device) {
+  (void)ptr, (void)size, (void)device;
+  ((liar_t*)context)->unmaps++;
+  return GPUMEM_SUCCESS;
+}
+
+/* Whole allocations are never asked for: a pool over ranges grows in place. */
+static gpumem_status_t liar_alloc(void* context, size_t size, int32_t device, gpumem_stream_t stream, void** out_ptr) {
+  (void)context, (void)size, (void)device, (void)stream, (void)out_ptr;
+  return GPUMEM_ERROR_OUT_OF_MEMORY;
+}
+
+static gpumem_status_t liar_free(void* context, void* ptr, size_t size, int32_t device, gpumem_stream_t stream) {
+  (void)context, (void)ptr, (void)size, (void)device, (void)stream;
+  return GPUMEM_ERROR_INVALID_ARGUMENT;
+}
+
+static gpumem_allocator_t* create_liar(liar_t* l) {
+  gpumem_allocator_functions_t f;
+  memset(&f, 0, sizeof f);
+  f.struct_size = sizeof f;
+  f.context = l;
+  f.device = -1;
+  f.alloc = liar_alloc;
+  f.free = liar_free;
+  f.reserve = liar_reserve;
+  f.unreserve = liar_unreserve;
+  f.map = liar_map;
+  f.unmap = liar_unmap;
+  f.map_unit = kLiarUnit;
+  f.range_size = kLiarRange;
+  gpumem_allocator_t* a = NULL;
+  assert_ok(gpumem_allocator_create_functions(&f, &a));
+  return a;
+}
+
+static void assert_inside(const void* p, size_t size, uintptr_t base) {
+  assert_true((uintptr_t)p >= base && (uintptr_t)p + size <= base + kLiarRange);
+}
+
+static void assert_apart(const void* p, const void* q, size_t size) {
+  assert_true((uintptr_t)p + size <= (uintptr_t)q || (uintptr_t)q + size <= (uintptr_t)p);
+}
+
+static void assert_detail_has_pointer(const char* before, const void* p, const char* after) {
+  char text[160];
+  snprintf(text, sizeof text, "%s%p%s", before, p, after);
+  assert_detail_contains(text);
+}
+
+/* The same range twice: the second is refused, whichever pool or stream asks, and kept by the
+ * caller (unreserving it would release the one in use); nothing else changes. */
+static void test_functions_allocator_reserve_same_range_twice_refused(void** state) {
+  (void)state;
+  liar_t l;
+  memset(&l, 0, sizeof l);
+  const uintptr_t base = 0x7e5500000000; /* never touched: mapping does nothing, nor does the pool write */
+  l.starts[0] = base;
+  l.count = 1;
+  gpumem_allocator_t* a = create_liar(&l);
+  gpumem_allocator_t* first = pool_over(a);
+  gpumem_allocator_t* second = pool_over(a);
+
+  void* p = NULL;
+  assert_ok(gpumem_alloc(first, 1000, NULL, &p));
+  assert_inside(p, 1000, base);
+  assert_int_equal(l.reserves, 1);
+  const gpumem_allocator_stats_t upstream_before = stats_of(a);
+  const gpumem_pool_info_t first_before = pool_info_of(first);
+
+  /* Another pool over the same functions. */
+  void* q = (void*)0x1;
+  assert_status(gpumem_alloc(second, 1000, NULL, &q), GPUMEM_ERROR_INTERNAL);
+  assert_null(q);
+  assert_detail_has_pointer("the caller's reserve function returned ", (void*)base, " for 65,536 bytes");
+  assert_detail_has_pointer("overlaps the range of 65,536 bytes at ", (void*)base, " that it gave before");
+  assert_detail_contains("not given back");
+  assert_int_equal(l.reserves, 2);
+  assert_int_equal(l.unreserves, 0);
+  const gpumem_pool_info_t second_info = pool_info_of(second);
+  assert_int_equal(second_info.total_bytes, 0);
+  assert_int_equal(second_info.address_bytes, 0);
+
+  /* Another stream of the same pool: an arena of its own, which reserves a range of its own. */
+  const gpumem_stream_t other_stream = (gpumem_stream_t)0x5000;
+  q = (void*)0x1;
+  assert_status(gpumem_alloc(first, 1000, other_stream, &q), GPUMEM_ERROR_INTERNAL);
+  assert_null(q);
+  assert_detail_contains("overlaps the range of 65,536 bytes");
+  assert_int_equal(l.unreserves, 0);
+
+  /* Nothing else changed: the upstream's statistics, the first pool, which still serves its stream. */
+  const gpumem_allocator_stats_t upstream_after = stats_of(a);
+  assert_memory_equal(&upstream_after, &upstream_before, sizeof upstream_after);
+  const gpumem_pool_info_t first_after = pool_info_of(first);
+  assert_int_equal(first_after.used_bytes, first_before.used_bytes);
+  assert_int_equal(first_after.total_bytes, first_before.total_bytes);
+  assert_int_equal(first_after.address_bytes, first_before.address_bytes);
+  void* r = NULL;
+  assert_ok(gpumem_alloc(first, 1000, NULL, &r));
+  assert_inside(r, 1000, base);
+  assert_apart(p, r, 1000);
+
+  /* Once the range is given back, the same start is a new range, and taken. */
+  assert_ok(gpumem_free(first, p, NULL));
+  assert_ok(gpumem_free(first, r, NULL));
+  assert_ok(gpumem_pool_release(first, NULL, GPUMEM_POOL_RELEASE_ALL_STREAMS));
+  assert_int_equal(l.unreserves, 1);
+  assert_ptr_equal(l.unreserved, (void*)base);
+  assert_ok(gpumem_alloc(second, 1000, NULL, &q));
+  assert_inside(q, 1000, base);
+  assert_ok(gpumem_free(second, q, NULL));
+
+  assert_ok(gpumem_allocator_destroy(second));
+  assert_ok(gpumem_allocator_destroy(first));
+  assert_ok(gpumem_allocator_destroy(a));
+  assert_int_equal(l.unreserves, 2);
+}
+
+/* A range that overlaps one held without starting at the same address, from either side. */
+static void test_functions_allocator_reserve_overlapping_range_refused(void** state) {
+  (void)state;
+  liar_t l;
+  memset(&l, 0, sizeof l);
+  const uintptr_t base = 0x7e5600000000;
+  l.starts[0] = base;
+  l.starts[1] = base + kLiarRange - kLiarUnit; /* its first unit is the held range's last */
+  l.starts[2] = base - kLiarRange + kLiarUnit; /* its last unit is the held range's first */
+  l.starts[3] = base + kLiarRange;             /* right after: apart, and taken */
+  l.count = 4;
+  gpumem_allocator_t* a = create_liar(&l);
+  gpumem_allocator_t* pool = pool_over(a);
+  void* p[4] = {NULL, NULL, NULL, NULL};
+  assert_ok(gpumem_alloc(pool, 1000, (gpumem_stream_t)0x10, &p[0]));
+  assert_status(gpumem_alloc(pool, 1000, (gpumem_stream_t)0x20, &p[1]), GPUMEM_ERROR_INTERNAL);
+  assert_detail_has_pointer("overlaps the range of 65,536 bytes at ", (void*)base, "");
+  assert_status(gpumem_alloc(pool, 1000, (gpumem_stream_t)0x30, &p[2]), GPUMEM_ERROR_INTERNAL);
+  assert_detail_has_pointer("overlaps the range of 65,536 bytes at ", (void*)base, "");
+  assert_ok(gpumem_alloc(pool, 1000, (gpumem_stream_t)0x40, &p[3]));
+  assert_inside(p[3], 1000, base + kLiarRange);
+  assert_int_equal(l.unreserves, 0);
+  assert_ok(gpumem_free(pool, p[0], (gpumem_stream_t)0x10));
+  assert_ok(gpumem_free(pool, p[3], (gpumem_stream_t)0x40));
+  assert_ok(gpumem_allocator_destroy(pool));
+  assert_ok(gpumem_allocator_destroy(a));
+  assert_int_equal(l.unreserves, 2);
+}
+
+/* A range that runs past the last address, or ends at 2^64 itself, is no range: refused, given
+ * back, nothing else changed. So is none at all. */
+static void test_functions_allocator_reserve_wrapping_range_refused(void** state) {
+  (void)state;
+  const uintptr_t starts[] = {(uintptr_t)0 - kLiarRange, UINTPTR_MAX - kLiarUnit + 1};
+  for (size_t i = 0; i < sizeof starts / sizeof starts[0]; ++i) {
+    liar_t l;
+    memset(&l, 0, sizeof l);
+    l.starts[0] = starts[i];
+    l.count = 1;
+    gpumem_allocator_t* a = create_liar(&l);
+    gpumem_allocator_t* pool = pool_over(a);
+    const gpumem_allocator_stats_t before = stats_of(a);
+    void* p = (void*)0x1;
+    assert_status(gpumem_alloc(pool, 1000, NULL, &p), GPUMEM_ERROR_INTERNAL);
+    assert_null(p);
+    assert_detail_has_pointer("the caller's reserve function returned ", (void*)starts[i],
+                              " for 65,536 bytes, a range that runs past the end of the address space");
+    assert_detail_contains("it was given back");
+    assert_int_equal(l.unreserves, 1);
+    assert_ptr_equal(l.unreserved, (void*)starts[i]);
+    assert_int_equal(l.maps, 0);
+    const gpumem_allocator_stats_t after = stats_of(a);
+    assert_memory_equal(&after, &before, sizeof after);
+    assert_int_equal(pool_info_of(pool).address_bytes, 0);
+    assert_ok(gpumem_allocator_destroy(pool));
+    assert_ok(gpumem_allocator_destroy(a));
+    assert_int_equal(l.unreserves, 1);
+  }
+
+  liar_t l;
+  memset(&l, 0, sizeof l);
+  l.count = 1; /* success, and NULL */
+  gpumem_allocator_t* a = create_liar(&l);
+  gpumem_allocator_t* pool = pool_over(a);
+  void* p = (void*)0x1;
+  assert_status(gpumem_alloc(pool, 1000, NULL, &p), GPUMEM_ERROR_INTERNAL);
+  assert_null(p);
+  assert_detail_contains("the caller's reserve function returned success but no range (NULL) for 65,536 bytes");
+  assert_int_equal(l.unreserves, 0);
+  assert_ok(gpumem_allocator_destroy(pool));
+  assert_ok(gpumem_allocator_destroy(a));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_functions_allocator_arguments_reach_functions),
@@ -520,6 +749,9 @@ int main(void) {
       cmocka_unit_test(test_functions_allocator_pool_fails_when_upstream_keeps_failing),
       cmocka_unit_test(test_functions_allocator_create_bad_input),
       cmocka_unit_test(test_functions_allocator_larger_struct_accepted),
+      cmocka_unit_test(test_functions_allocator_reserve_same_range_twice_refused),
+      cmocka_unit_test(test_functions_allocator_reserve_overlapping_range_refused),
+      cmocka_unit_test(test_functions_allocator_reserve_wrapping_range_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
