@@ -60,7 +60,10 @@ typedef void (*gpumem_context_destroy_fn)(void* context);
  * @param[in] context The caller's context.
  * @param[in] size Bytes of addresses; a multiple of the allocator's @c map_unit.
  * @param[in] device The allocator's device (-1 for host memory).
- * @param[out] out_ptr Receives the range's start, aligned to @c map_unit.
+ * @param[out] out_ptr Receives the range's start, aligned to @c map_unit. A range that is NULL,
+ *                     misaligned, wraps or ends at 2^64 is refused (::GPUMEM_ERROR_INTERNAL for the
+ *                     caller of gpumem_alloc()) and given back with @c unreserve; one that overlaps
+ *                     a range still reserved is refused and not given back.
  * @return ::GPUMEM_SUCCESS, ::GPUMEM_ERROR_OUT_OF_MEMORY when no addresses are left, or another
  *         status, which reaches the caller of gpumem_alloc().
  * @since 0.4.0

@@ -76,6 +76,8 @@ GPUMEM_API gpumem_status_t gpumem_array_desc_init(gpumem_array_desc_t* desc, siz
  * @retval GPUMEM_ERROR_NO_DEVICE
  * @retval GPUMEM_ERROR_INVALID_DEVICE
  * @retval GPUMEM_ERROR_DRIVER
+ * @retval GPUMEM_ERROR_STREAM_CAPTURE A stream is being captured into a CUDA graph; nothing was done
+ *         and the capture is still valid (docs/copy.md, "Stream capture").
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
@@ -88,6 +90,8 @@ GPUMEM_API gpumem_status_t gpumem_array_create(const gpumem_array_desc_t* desc, 
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_HANDLE @p array is not a live array of gpumem's.
  * @retval GPUMEM_ERROR_DRIVER
+ * @retval GPUMEM_ERROR_STREAM_CAPTURE A stream is being captured into a CUDA graph; nothing was done
+ *         and the capture is still valid (docs/copy.md, "Stream capture").
  * @par Thread safety
  * Per handle: concurrent calls on different handles; one handle is serialized by the caller.
  * @since 0.1.0

@@ -300,6 +300,8 @@ GPUMEM_API gpumem_status_t gpumem_copy_staging_get_held(size_t* out_bytes);
  *
  * Copies still queued on streams that read or write the buffers are waited for first.
  * @retval GPUMEM_SUCCESS
+ * @retval GPUMEM_ERROR_STREAM_CAPTURE A stream is being captured into a CUDA graph; nothing was done
+ *         and the capture is still valid (docs/copy.md, "Stream capture").
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.2.0

@@ -93,6 +93,8 @@ typedef struct gpumem_managed_range_info_s {
  * @retval GPUMEM_ERROR_NO_DEVICE
  * @retval GPUMEM_ERROR_INVALID_DEVICE
  * @retval GPUMEM_ERROR_DRIVER
+ * @retval GPUMEM_ERROR_STREAM_CAPTURE A stream is being captured into a CUDA graph; nothing was done
+ *         and the capture is still valid (docs/copy.md, "Stream capture").
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
@@ -133,6 +135,8 @@ GPUMEM_API gpumem_status_t gpumem_device_free(void* ptr);
  * @retval GPUMEM_ERROR_NO_DEVICE
  * @retval GPUMEM_ERROR_INVALID_DEVICE
  * @retval GPUMEM_ERROR_DRIVER
+ * @retval GPUMEM_ERROR_STREAM_CAPTURE On the legacy stream while a stream is being captured into a CUDA
+ *         graph; nothing was done and the capture is still valid (docs/copy.md, "Stream capture").
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
@@ -153,6 +157,8 @@ GPUMEM_API gpumem_status_t gpumem_device_alloc_async(int32_t device, size_t size
  * @retval GPUMEM_ERROR_NO_DRIVER
  * @retval GPUMEM_ERROR_NO_DEVICE
  * @retval GPUMEM_ERROR_DRIVER
+ * @retval GPUMEM_ERROR_STREAM_CAPTURE On the legacy stream while a stream is being captured into a CUDA
+ *         graph; nothing was done and the capture is still valid (docs/copy.md, "Stream capture").
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
@@ -173,6 +179,8 @@ GPUMEM_API gpumem_status_t gpumem_device_alloc_from_pool(gpumem_cuda_pool_t pool
  * @retval GPUMEM_ERROR_NO_DRIVER
  * @retval GPUMEM_ERROR_NO_DEVICE
  * @retval GPUMEM_ERROR_DRIVER
+ * @retval GPUMEM_ERROR_STREAM_CAPTURE On the legacy stream while a stream is being captured into a CUDA
+ *         graph; nothing was done and the capture is still valid (docs/copy.md, "Stream capture").
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
@@ -191,6 +199,8 @@ GPUMEM_API gpumem_status_t gpumem_device_free_async(void* ptr, gpumem_stream_t s
  * @retval GPUMEM_ERROR_NO_DRIVER
  * @retval GPUMEM_ERROR_NO_DEVICE
  * @retval GPUMEM_ERROR_DRIVER
+ * @retval GPUMEM_ERROR_STREAM_CAPTURE A stream is being captured into a CUDA graph; nothing was done
+ *         and the capture is still valid (docs/copy.md, "Stream capture").
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
@@ -229,6 +239,8 @@ GPUMEM_API gpumem_status_t gpumem_host_free(void* ptr);
  * @retval GPUMEM_ERROR_NO_DRIVER
  * @retval GPUMEM_ERROR_NO_DEVICE
  * @retval GPUMEM_ERROR_DRIVER
+ * @retval GPUMEM_ERROR_STREAM_CAPTURE A stream is being captured into a CUDA graph; nothing was done
+ *         and the capture is still valid (docs/copy.md, "Stream capture").
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
@@ -246,6 +258,8 @@ GPUMEM_API gpumem_status_t gpumem_host_register(void* ptr, size_t size, uint32_t
  * @retval GPUMEM_ERROR_NO_DRIVER
  * @retval GPUMEM_ERROR_NO_DEVICE
  * @retval GPUMEM_ERROR_DRIVER
+ * @retval GPUMEM_ERROR_STREAM_CAPTURE A stream is being captured into a CUDA graph; nothing was done
+ *         and the capture is still valid (docs/copy.md, "Stream capture").
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
@@ -287,6 +301,8 @@ GPUMEM_API gpumem_status_t gpumem_host_get_device_pointer(void* ptr, void** out_
  * @retval GPUMEM_ERROR_NO_DEVICE
  * @retval GPUMEM_ERROR_INVALID_DEVICE
  * @retval GPUMEM_ERROR_DRIVER
+ * @retval GPUMEM_ERROR_STREAM_CAPTURE A stream is being captured into a CUDA graph; nothing was done
+ *         and the capture is still valid (docs/copy.md, "Stream capture").
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
@@ -324,6 +340,8 @@ GPUMEM_API gpumem_status_t gpumem_managed_free(void* ptr);
  * @retval GPUMEM_ERROR_NO_DRIVER
  * @retval GPUMEM_ERROR_NO_DEVICE
  * @retval GPUMEM_ERROR_DRIVER
+ * @retval GPUMEM_ERROR_STREAM_CAPTURE On the legacy stream while a stream is being captured into a CUDA
+ *         graph; nothing was done and the capture is still valid (docs/copy.md, "Stream capture").
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
@@ -346,6 +364,8 @@ GPUMEM_API gpumem_status_t gpumem_managed_prefetch(void* ptr, size_t size, int32
  * @retval GPUMEM_ERROR_NO_DRIVER
  * @retval GPUMEM_ERROR_NO_DEVICE
  * @retval GPUMEM_ERROR_DRIVER
+ * @retval GPUMEM_ERROR_STREAM_CAPTURE A stream is being captured into a CUDA graph; nothing was done
+ *         and the capture is still valid (docs/copy.md, "Stream capture").
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0

@@ -63,6 +63,8 @@ typedef struct gpumem_pin_stats_s {
  * @retval GPUMEM_ERROR_NO_DRIVER
  * @retval GPUMEM_ERROR_NO_DEVICE
  * @retval GPUMEM_ERROR_DRIVER The driver failed otherwise; nothing is left registered.
+ * @retval GPUMEM_ERROR_STREAM_CAPTURE A stream is being captured into a CUDA graph; nothing was done
+ *         and the capture is still valid (docs/copy.md, "Stream capture").
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
@@ -107,6 +109,8 @@ GPUMEM_API gpumem_status_t gpumem_pin_query(const void* ptr, size_t size, int32_
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p ptr is NULL, @p size is 0, or the range wraps around.
  * @retval GPUMEM_ERROR_BUSY Part of the range is still pinned; the detail says where.
  * @retval GPUMEM_ERROR_DRIVER
+ * @retval GPUMEM_ERROR_STREAM_CAPTURE A stream is being captured into a CUDA graph; nothing was done
+ *         and the capture is still valid (docs/copy.md, "Stream capture").
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
@@ -117,6 +121,8 @@ GPUMEM_API gpumem_status_t gpumem_pin_forget(void* ptr, size_t size);
  * @brief Unregisters every cached registration (those no pin covers).
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_DRIVER
+ * @retval GPUMEM_ERROR_STREAM_CAPTURE A stream is being captured into a CUDA graph; nothing was done
+ *         and the capture is still valid (docs/copy.md, "Stream capture").
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0

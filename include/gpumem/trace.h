@@ -90,7 +90,8 @@ typedef struct gpumem_trace_record_s {
 } gpumem_trace_record_t;
 
 /**
- * @brief Opens a trace file for reading. The whole file is read and its header checked.
+ * @brief Opens a trace file for reading. Its header is read and checked; records are read as
+ *        gpumem_trace_reader_next() reaches them, through a buffer of 64 KiB.
  * @param[in] path The file.
  * @param[out] out_reader Receives the reader; NULL on failure.
  * @retval GPUMEM_SUCCESS

@@ -51,7 +51,7 @@ struct TraceHandle : Shell<0x7472616365616c21> {  // "traceal!"
   Recorder* recorder = nullptr;
 };
 
-// A reader behind a handle; closing frees the file's contents.
+// A reader behind a handle; closing closes the file.
 struct ReaderHandle : Shell<0x7472726561646572> {  // "trreader"
   std::unique_ptr<gpumem::trace::Reader> reader;
   std::string damage;  // the first failure of next(), repeated by later calls
