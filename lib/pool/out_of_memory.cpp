@@ -106,14 +106,7 @@ void* Pool::allocate_slow(Arena& arena, size_t size, size_t rounded, gpumem_stre
                               upstream_->kind(), grouped(ranges_->range_size()).c_str()),
                        arena);
   std::string why, tried;
-  bool over_limit = false;
-  try {
-    if (void* p = grow(arena, size, rounded, stream, over_limit)) return p;
-    why = "the pool's limit";
-  } catch (const Error& e) {
-    if (e.status() != GPUMEM_ERROR_OUT_OF_MEMORY) throw;
-    why = e.what();
-  }
+  if (void* p = take_or_grow(arena, size, rounded, stream, why)) return p;
   // Out of memory: other streams' memory, the pending frees and the cache; then the reclaim
   // callbacks, and all of that again for what they freed, wherever they freed it. Never from
   // inside a callback: an allocation it makes fails here instead of running them again.

@@ -14,6 +14,7 @@
 #include <map>
 #include <vector>
 
+#include "fuzz_check.hpp"
 #include "gpumem/gpumem.h"
 #include "pool/pool.hpp"
 
@@ -53,30 +54,18 @@ struct Reached {
       busy_destroys, destroys, forced_destroys, creates;
 } g_reached;
 
-// The input being run and where in it we are, for the report of a failed check.
-const uint8_t* g_data;
-size_t g_size;
+// Where in the input we are, for the report of a failed check.
 int g_op;
 const char* g_op_name = "setup";
 
 [[noreturn]] __attribute__((format(printf, 1, 2))) void die(const char* fmt, ...) {
-  std::fprintf(stderr, "fuzz_pool: check failed in operation %d (%s): ", g_op, g_op_name);
+  char where[128], extra[1200];
+  std::snprintf(where, sizeof where, "in operation %d (%s)", g_op, g_op_name);
+  std::snprintf(extra, sizeof extra, "fuzz_pool: last gpumem detail: %s\n", gpumem_last_error_detail());
   va_list ap;
   va_start(ap, fmt);
-  std::vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  std::fprintf(stderr,
-               "\nfuzz_pool: last gpumem detail: %s\nfuzz_pool: input (%zu bytes): ", gpumem_last_error_detail(),
-               g_size);
-  for (size_t i = 0; i < g_size; ++i) std::fprintf(stderr, "%02x", g_data[i]);
-  std::fprintf(stderr, "\n");
-  std::abort();
+  fuzz_check::fail("fuzz_pool", where, extra, fmt, ap);
 }
-
-#define CHECK(cond, ...)           \
-  do {                             \
-    if (!(cond)) die(__VA_ARGS__); \
-  } while (0)
 
 #define CHECK_EQ(got, want, what)                                                              \
   do {                                                                                         \
@@ -696,8 +685,8 @@ void teardown(Harness& h) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  g_data = data;
-  g_size = size;
+  fuzz_check::data = data;
+  fuzz_check::size = size;
   g_op = 0;
   g_op_name = "setup";
   Input in{data, size};

@@ -23,28 +23,15 @@ extern "C" {
 #include "replay.h"
 #include "rmm_csv.h"
 }
+#include "fuzz_check.hpp"
 
 namespace {
 
-const uint8_t* g_data;
-size_t g_size;
-
 [[noreturn]] __attribute__((format(printf, 1, 2))) void die(const char* fmt, ...) {
-  std::fprintf(stderr, "fuzz_rmm_csv: check failed: ");
   va_list ap;
   va_start(ap, fmt);
-  std::vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  std::fprintf(stderr, "\nfuzz_rmm_csv: input (%zu bytes): ", g_size);
-  for (size_t i = 0; i < g_size; ++i) std::fprintf(stderr, "%02x", g_data[i]);
-  std::fprintf(stderr, "\n");
-  std::abort();
+  fuzz_check::fail("fuzz_rmm_csv", "", nullptr, fmt, ap);
 }
-
-#define CHECK(cond, ...)           \
-  do {                             \
-    if (!(cond)) die(__VA_ARGS__); \
-  } while (0)
 
 struct Reached {
   uint64_t not_logs, rows, refused_rows, replays, replay_failed, replay_skipped, replay_refused;
@@ -128,7 +115,7 @@ struct Rows {
 
 // Reads the input with rmm_csv and the reference side by side; true if it was read to its end.
 bool read_log(FILE* file, Rows& rows) {
-  const std::string text(reinterpret_cast<const char*>(g_data), g_size);
+  const std::string text(reinterpret_cast<const char*>(fuzz_check::data), fuzz_check::size);
   const size_t first_end = std::min(text.find('\n'), text.size());
   std::string head = text.substr(0, first_end);
   if (!head.empty() && head.back() == '\r') head.pop_back();
@@ -184,8 +171,8 @@ void replay(int file, const Rows& rows) {
   std::snprintf(path, sizeof path, "/proc/self/fd/%d", file);
   struct replay_result r;
   std::memset(&r, 0, sizeof r);
-  r.name = configs[g_size % 4];
-  const uint64_t capacity = capacities[g_size / 4 % 4];
+  r.name = configs[fuzz_check::size % 4];
+  const uint64_t capacity = capacities[fuzz_check::size / 4 % 4];
   replay_run(path, capacity, rows.rows, &r, nullptr);
   ++g_reached.replays;
   CHECK(!r.tool_failed, "the replay's bookkeeping failed: %s", r.error);
@@ -210,8 +197,8 @@ void replay(int file, const Rows& rows) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  g_data = data;
-  g_size = size;
+  fuzz_check::data = data;
+  fuzz_check::size = size;
   static const int file = memfd_create("fuzz.csv", MFD_CLOEXEC);
   CHECK(file >= 0 && ftruncate(file, 0) == 0, "memfd: %s", std::strerror(errno));
   CHECK(size == 0 || pwrite(file, data, size, 0) == static_cast<ssize_t>(size), "pwrite: %s", std::strerror(errno));

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "fuzz_check.hpp"
 #include "gpumem/gpumem.h"
 #include "trace/trace.hpp"
 
@@ -29,26 +30,14 @@ using gpumem::trace::Header;
 using gpumem::trace::Reader;
 using gpumem::trace::Record;
 
-const uint8_t* g_data;
-size_t g_size;
 const char* g_step = "reference";
 
 [[noreturn]] __attribute__((format(printf, 1, 2))) void die(const char* fmt, ...) {
-  std::fprintf(stderr, "fuzz_trace_reader: check failed (%s): ", g_step);
+  const std::string where = std::string("(") + g_step + ")";
   va_list ap;
   va_start(ap, fmt);
-  std::vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  std::fprintf(stderr, "\nfuzz_trace_reader: input (%zu bytes): ", g_size);
-  for (size_t i = 0; i < g_size; ++i) std::fprintf(stderr, "%02x", g_data[i]);
-  std::fprintf(stderr, "\n");
-  std::abort();
+  fuzz_check::fail("fuzz_trace_reader", where.c_str(), nullptr, fmt, ap);
 }
-
-#define CHECK(cond, ...)           \
-  do {                             \
-    if (!(cond)) die(__VA_ARGS__); \
-  } while (0)
 
 // What reading the input must give, by the format (docs/trace-format.md).
 struct Outcome {
@@ -240,8 +229,8 @@ void read_public(int file, const Outcome& want) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  g_data = data;
-  g_size = size;
+  fuzz_check::data = data;
+  fuzz_check::size = size;
   static const int file = memfd_create("fuzz.trace", MFD_CLOEXEC);
   CHECK(file >= 0 && ftruncate(file, 0) == 0, "memfd: %s", std::strerror(errno));
   CHECK(size == 0 || pwrite(file, data, size, 0) == static_cast<ssize_t>(size), "pwrite: %s", std::strerror(errno));
