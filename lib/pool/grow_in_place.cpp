@@ -392,11 +392,15 @@ uint64_t Pool::unmap_free(Arena& arena) {
     }
   }
   for (const Block& b : empty) {
+    decltype(segments_)::node_type segment;  // out of the map first, as in give_back()
+    {
+      std::lock_guard<SpinLock> lock(mutex_);
+      segment = segments_.extract(b.ptr);
+    }
     try {
       ranges_->unreserve(b.ptr, b.size);
       std::lock_guard<SpinLock> lock(mutex_);
       addresses_ -= b.size;
-      segments_.erase(b.ptr);
     } catch (...) {
       if (!first) first = std::current_exception();
       // Still the pool's: listed again, so that a later release tries again.
@@ -414,12 +418,13 @@ uint64_t Pool::unmap_free(Arena& arena) {
           listed = false;
         }
       }
-      if (!listed) {
+      std::lock_guard<SpinLock> lock(mutex_);
+      if (listed) {
+        segments_.insert(std::move(segment));
+      } else {
         // No host memory to list it: the addresses stay reserved, unused, for the process's life,
         // and are no longer the pool's.
-        std::lock_guard<SpinLock> lock(mutex_);
         addresses_ -= b.size;
-        segments_.erase(b.ptr);
       }
     }
   }

@@ -213,15 +213,25 @@ uint64_t Pool::give_back(std::vector<Block>& blocks) {
   std::exception_ptr first;
   uint64_t returned = 0;
   for (const Block& b : blocks) {
+    // Out of the segments' map before the upstream has it back: it may hand the same addresses
+    // to another thread's growth at once.
+    decltype(segments_)::node_type segment;
+    {
+      std::lock_guard<SpinLock> lock(mutex_);
+      segment = segments_.extract(b.ptr);
+    }
     try {
       upstream_->deallocate(reinterpret_cast<void*>(b.ptr), b.stream);
       record(trace::Event::kUpstreamFree, b.size, b.size, reinterpret_cast<void*>(b.ptr), b.stream);
       returned += b.size;
       std::lock_guard<SpinLock> lock(mutex_);
       stats_.on_unreserve(b.size);
-      segments_.erase(b.ptr);
     } catch (...) {
       if (!first) first = std::current_exception();
+      {
+        std::lock_guard<SpinLock> lock(mutex_);
+        segments_.insert(std::move(segment));  // its node: no allocation
+      }
       // Still the pool's: cache it again rather than lose track of it.
       std::lock_guard<SpinLock> lock(b.arena->lock);
       Chunk* c = new_chunk(*b.arena);
