@@ -95,7 +95,9 @@ Pool::Arena* Pool::make_arena(uintptr_t key, gpumem_stream_t stream) {
   // Everything that can fail comes first: a failed call leaves no half-made arena.
   room_for_one(arenas_);
   ArenaTable* t = table_.load(std::memory_order_relaxed);
-  if (2 * (t->live + 1) > t->mask + 1) {  // a new table, twice the size, at most half full
+  // A table half full of arenas and tombstones is rebuilt: in place, or into one twice the size
+  // when a quarter of it is arenas, so that at least a quarter of it is free after either.
+  if (2 * (t->used + 1) > t->mask + 1 && 4 * (t->live + 1) > t->mask + 1) {
     room_for_one(tables_);
     auto bigger = std::make_unique<ArenaTable>(2 * (t->mask + 1));
     for (auto& a : arenas_) bigger->insert(a.get());
@@ -103,7 +105,7 @@ Pool::Arena* Pool::make_arena(uintptr_t key, gpumem_stream_t stream) {
     tables_.push_back(std::move(bigger));
     table_.store(t, std::memory_order_release);
   } else if (2 * (t->used + 1) > t->mask + 1) {
-    t->rebuild(arenas_);  // half full with tombstones: cleared in place, which readers survive
+    t->rebuild(arenas_);  // cleared in place, which readers survive
   }
   std::unique_ptr<Arena> arena;
   if (spare_arenas_.empty()) {
@@ -114,6 +116,7 @@ Pool::Arena* Pool::make_arena(uintptr_t key, gpumem_stream_t stream) {
     std::lock_guard<SpinLock> lock(arena->lock);  // threads that found it under its old key check it so
     arena->assign(key, stream);
     arena->retired = false;
+    arena->noted = false;
     arena->allocs_seen = kNeverSeen;  // other streams may have looked at it since it retired
   }
   if (!arenas_.empty() && !several_arenas_.load(std::memory_order_relaxed)) {

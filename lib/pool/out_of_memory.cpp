@@ -130,6 +130,15 @@ void* Pool::allocate_slow(Arena& arena, size_t size, size_t rounded, gpumem_stre
     if (void* p = take_own_or_across(arena, size, rounded, stream)) return p;
     if (void* p = after_out_of_memory(arena, size, rounded, stream, tried, why, false)) return p;
   }
+  if (ranges_) {
+    // A range this call reserved may be left with nothing mapped: it goes back, so that the
+    // failed call holds no more than before (and a new stream's arena is retired).
+    try {
+      unmap_free(arena);
+    } catch (const Error&) {
+      // It stays the pool's, to be returned by a later release.
+    }
+  }
   {
     std::lock_guard<SpinLock> lock(mutex_);
     ++stats_.ooms;
@@ -251,12 +260,15 @@ uint64_t Pool::return_cached_blocks(const uintptr_t* key) {
   std::vector<Arena*> arenas;
   {
     std::lock_guard<SpinLock> lock(mutex_);
-    arenas.reserve(arenas_.size());
-    for (auto& a : arenas_) {
-      if (key && a->key() != *key) continue;
+    if (key) {
+      if (Arena* a = find_arena(*key)) arenas.push_back(a);  // under mutex_: the key's own
+    } else {
+      arenas.reserve(arenas_.size());
+      for (auto& a : arenas_) arenas.push_back(a.get());
+    }
+    for (Arena* a : arenas) {
       std::lock_guard<SpinLock> own(a->lock);
       ++a->pins;
-      arenas.push_back(a.get());
     }
   }
   std::exception_ptr first;

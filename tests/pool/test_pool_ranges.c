@@ -265,6 +265,14 @@ static void test_pool_ranges_device_out_of_memory(void** state) {
   assert_null(d);
   assert_detail_contains("the caller's map function returned GPUMEM_ERROR_OUT_OF_MEMORY");
   assert_detail_contains("327,680 bytes in use, pool holds 327,680 bytes");
+  /* On a new stream too, and the failed call leaves no arena and no range behind. */
+  const gpumem_pool_info_t before = pool_info_of(f->pool);
+  assert_status(gpumem_alloc(f->pool, UNIT, STREAM_B, &d), GPUMEM_ERROR_OUT_OF_MEMORY);
+  assert_null(d);
+  const gpumem_pool_info_t after = pool_info_of(f->pool);
+  assert_int_equal(after.arena_count, before.arena_count);
+  assert_int_equal(after.address_bytes, before.address_bytes);
+  assert_int_equal(f->r.reserved, before.address_bytes);
   assert_ok(gpumem_free(f->pool, b, NULL));
   d = alloc_ok(f->pool, UNIT, NULL);
   assert_ok(gpumem_free(f->pool, c, NULL));
