@@ -76,6 +76,31 @@ void* Pool::take_own_or_across(Arena& arena, size_t size, size_t rounded, gpumem
   return take_block_across(arena, rounded, size, stream);
 }
 
+void* Pool::after_reclaim(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, std::string& tried,
+                          std::string& why) {
+  const ReclaimRunner runner = reclaim_runner.load();
+  if (!runner) return nullptr;
+  if (reclaim_depth > 0) {
+    tried += "; the reclaim callbacks were not run, as this allocation is made from inside one";
+    return nullptr;
+  }
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    ++stats_.retries;
+  }
+  struct Depth {
+    Depth() { ++reclaim_depth; }
+    ~Depth() { --reclaim_depth; }
+  };
+  {
+    const Depth inside;
+    runner(device(), size);
+  }
+  tried += "; ran the reclaim callbacks, ";
+  if (void* p = take_own_or_across(arena, size, rounded, stream)) return p;
+  return after_out_of_memory(arena, size, rounded, stream, tried, why, false);
+}
+
 void* Pool::allocate_slow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream) {
   // Frees whose other streams have finished, then another stream's free memory, before the
   // upstream.
@@ -111,25 +136,7 @@ void* Pool::allocate_slow(Arena& arena, size_t size, size_t rounded, gpumem_stre
   // callbacks, and all of that again for what they freed, wherever they freed it. Never from
   // inside a callback: an allocation it makes fails here instead of running them again.
   if (void* p = after_out_of_memory(arena, size, rounded, stream, tried, why, true)) return p;
-  if (const ReclaimRunner runner = reclaim_runner.load(); runner && reclaim_depth > 0) {
-    tried += "; the reclaim callbacks were not run, as this allocation is made from inside one";
-  } else if (runner) {
-    {
-      std::lock_guard<SpinLock> lock(mutex_);
-      ++stats_.retries;
-    }
-    struct Depth {
-      Depth() { ++reclaim_depth; }
-      ~Depth() { --reclaim_depth; }
-    };
-    {
-      const Depth inside;
-      runner(device(), size);
-    }
-    tried += "; ran the reclaim callbacks, ";
-    if (void* p = take_own_or_across(arena, size, rounded, stream)) return p;
-    if (void* p = after_out_of_memory(arena, size, rounded, stream, tried, why, false)) return p;
-  }
+  if (void* p = after_reclaim(arena, size, rounded, stream, tried, why)) return p;
   if (ranges_) {
     // A range this call reserved may be left with nothing mapped: it goes back, so that the
     // failed call holds no more than before (and a new stream's arena is retired).

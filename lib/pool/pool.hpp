@@ -186,6 +186,10 @@ class Pool final : public alloc::Allocator {
   // to tried what it did.
   void* after_out_of_memory(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, std::string& tried,
                             std::string& why, bool count_retry);
+  // The reclaim callbacks (unless none is registered, or this thread is inside one), then the
+  // arena, other streams' memory and after_out_of_memory() again, for what they freed.
+  void* after_reclaim(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, std::string& tried,
+                      std::string& why);
   // The arena's cache, then the upstream; sets why when the upstream or the limit refuses.
   void* take_or_grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, std::string& why);
   void* grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, bool& over_limit);

@@ -1,4 +1,5 @@
-/* A stand-in for libcuda.so.1, for the driver-loading and pinning tests: gpumem opens it through
+/* A stand-in for libcuda.so.1, for the driver-loading and pinning tests (one file, as it is one
+ * shared object; its length follows the driver API it models): gpumem opens it through
  * GPUMEM_CUDA_DRIVER. Like a CUDA 12+ driver it is reached through cuGetProcAddress_v2 alone, and
  * each entry point has the signature of the version gpumem asks for (checked against cudaTypedefs.h
  * at compile time). Environment variables, read at every call, choose how it behaves:

@@ -1,4 +1,5 @@
-/* Synchronous calls while a stream is being captured into a CUDA graph: refused with
+/* (One file over the limit: each synchronous function meets each capture scenario here, through one
+ * table and one harness.) Synchronous calls while a stream is being captured into a CUDA graph: refused with
  * GPUMEM_ERROR_STREAM_CAPTURE before they reach the driver, whose refusal would invalidate the
  * capture, so the capture goes on; nothing is half done. Every synchronous function is tried in each
  * capture mode (global, thread-local, relaxed), with the capture on this thread or another, on a
