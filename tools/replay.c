@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -102,6 +103,15 @@ static int source_open(struct source* src, const char* path, char* error, size_t
     snprintf(error, error_size, "cannot open the trace file %s: %s", path, strerror(errno));
     return -1;
   }
+  /* The tools read a trace more than once (to count, to replay, to stop at the peak), and look
+   * at its first line before the trace reader does: a pipe or FIFO would lose those bytes. */
+  struct stat st_file;
+  if (fstat(fileno(f), &st_file) != 0 || !S_ISREG(st_file.st_mode)) {
+    snprintf(error, error_size, "%s is not a regular file: the tool reads a trace more than once; copy it to a file",
+             path);
+    fclose(f);
+    return -1;
+  }
   if (rmm_csv_open(&src->csv, f, path)) {
     src->file = f;
     return 0;
@@ -109,9 +119,12 @@ static int source_open(struct source* src, const char* path, char* error, size_t
   fclose(f);
   const gpumem_status_t st = gpumem_trace_reader_open(path, &src->reader);
   if (st != GPUMEM_SUCCESS) {
-    snprintf(error, error_size,
-             "%s: %s (neither a gpumem trace nor an RMM CSV log, which starts with \"" RMM_CSV_HEADER "\")",
-             gpumem_status_name(st), gpumem_last_error_detail());
+    /* Only a file that is no gpumem trace at all is told about the other format. */
+    const char* detail = gpumem_last_error_detail();
+    snprintf(error, error_size, "%s: %s%s", gpumem_status_name(st), detail,
+             strstr(detail, "does not start with GPUMEMTR")
+                 ? " (nor an RMM CSV log, which starts with \"" RMM_CSV_HEADER "\")"
+                 : "");
     return -1;
   }
   return 0;

@@ -14,12 +14,12 @@ struct replay_result {
   uint64_t allocs, frees, unmatched_frees;
   uint64_t failed; /* allocations that found no memory */
   uint64_t first_failure_record, first_failure_size, first_failure_time_ns;
-  uint64_t refused;        /* allocations refused for another reason than memory (a size it does not take) */
-  char first_refusal[256]; /* the first: its record, size, status and detail */
-  uint64_t skipped;        /* allocations of 0 bytes, and frees of them or of NULL (RMM's replay's no-ops) */
+  uint64_t refused;         /* allocations refused for another reason than memory (a size it does not take) */
+  char first_refusal[1024]; /* the first: its record, size, status and detail */
+  uint64_t skipped;         /* allocations of 0 bytes, and frees of them or of NULL (RMM's replay's no-ops) */
   double ns_per_op;
-  char error[256]; /* why the replay could not go on; empty when it did */
-  int tool_failed; /* with error: the tool's own failure (its bookkeeping), not the configuration's */
+  char error[1024]; /* why the replay could not go on; empty when it did */
+  int tool_failed;  /* with error: the tool's own failure (its bookkeeping), not the configuration's */
 };
 
 /* Told of each allocation and free replayed; optionally stopped at one record. */

@@ -77,12 +77,14 @@ static void print_result(const struct replay_result* r) {
   printf(" %9.4f %10.1f %10llu %8llu %8llu\n", r->peak_live ? (double)r->peak_reserved / (double)r->peak_live : 0.0,
          r->ns_per_op, (unsigned long long)r->allocs, (unsigned long long)r->failed,
          (unsigned long long)r->unmatched_frees);
-  printf("  at the peak (record %llu): the largest allocation that would still succeed is",
-         (unsigned long long)r->peak_record);
-  print_bytes(r->fits_at_peak, 0);
-  printf("; the device had");
-  print_bytes(r->headroom_at_peak, 0);
-  printf(" free\n");
+  if (r->allocs) { /* the peak is that of what was allocated: none without an allocation */
+    printf("  at the peak (record %llu): the largest allocation that would still succeed is",
+           (unsigned long long)r->peak_record);
+    print_bytes(r->fits_at_peak, 0);
+    printf("; the device had");
+    print_bytes(r->headroom_at_peak, 0);
+    printf(" free\n");
+  }
   if (r->failed)
     printf("  first out of memory: record %llu, %llu bytes, %.3f s into the trace\n",
            (unsigned long long)r->first_failure_record, (unsigned long long)r->first_failure_size,
@@ -100,7 +102,7 @@ int replay_main(int argc, char** argv) {
   int nconfigs = 0;
   const int bad = parse_arguments(argc, argv, &path, &capacity, configs, &nconfigs);
   if (bad) return bad;
-  char error[256] = "";
+  char error[1024] = "";
   const uint64_t records = replay_count_records(path, error, sizeof error);
   if (error[0]) {
     fprintf(stderr, "gpumem replay: %s\n", error);

@@ -307,7 +307,7 @@ int viz_main(int argc, char** argv) {
     fprintf(stderr, "usage: gpumem viz TRACE [-o PAGE.html] [--config NAME] [--device-memory SIZE]\n");
     return 2;
   }
-  char error[256] = "";
+  char error[1024] = "";
   const uint64_t records = replay_count_records(path, error, sizeof error);
   if (error[0]) {
     fprintf(stderr, "gpumem viz: %s\n", error);
