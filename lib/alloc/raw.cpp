@@ -97,6 +97,16 @@ void RawAllocator::free_all_live() {
 
 namespace {
 
+// How a raw kind's allocation or free (a gpumem_alloc or gpumem_free of it, or a pool's growth or
+// return to it) checks for a stream capture: as the gpumem_device_alloc family does, unless the
+// thread's captures are in relaxed mode, where the driver lets it run and pools grow during a
+// capture, as PyTorch's and CuPy's do. Frees pass no stream: a pool returns a block on its arena's
+// stream, which its owner may have destroyed, and the driver must not be asked about it.
+memory::Caller checked(const char* fn, gpumem_stream_t stream) {
+  if (driver::capture_mode_relaxed()) return {};
+  return {fn, stream};
+}
+
 // The checks every kind makes before opening its memory to another device.
 void require_peer(int device, int peer_device, const char* kind) {
   if (peer_device == device)
@@ -128,8 +138,10 @@ class DeviceAllocator final : public RawAllocator {
   }
 
  protected:
-  void* raw_alloc(size_t size, gpumem_stream_t) override { return memory::device_alloc(device(), size); }
-  void raw_free(void* p, size_t, gpumem_stream_t) override { memory::device_free(p); }
+  void* raw_alloc(size_t size, gpumem_stream_t stream) override {
+    return memory::device_alloc(device(), size, checked("gpumem_alloc", stream));
+  }
+  void raw_free(void* p, size_t, gpumem_stream_t) override { memory::device_free(p, checked("gpumem_free", nullptr)); }
 };
 
 class DeviceAsyncAllocator final : public RawAllocator {
@@ -140,10 +152,13 @@ class DeviceAsyncAllocator final : public RawAllocator {
 
  protected:
   void* raw_alloc(size_t size, gpumem_stream_t stream) override {
-    return pool_ ? memory::device_alloc_from_pool(pool_, size, stream)
-                 : memory::device_alloc_async(device(), size, stream);
+    const memory::Caller caller = checked("gpumem_alloc", stream);
+    return pool_ ? memory::device_alloc_from_pool(pool_, size, stream, caller)
+                 : memory::device_alloc_async(device(), size, stream, caller);
   }
-  void raw_free(void* p, size_t, gpumem_stream_t stream) override { memory::device_free_async(p, stream); }
+  void raw_free(void* p, size_t, gpumem_stream_t stream) override {
+    memory::device_free_async(p, stream, checked("gpumem_free", stream));
+  }
 
  private:
   gpumem_cuda_pool_t pool_;
@@ -164,8 +179,10 @@ class ManagedAllocator final : public RawAllocator {
   }
 
  protected:
-  void* raw_alloc(size_t size, gpumem_stream_t) override { return memory::managed_alloc(device(), size, flags_); }
-  void raw_free(void* p, size_t, gpumem_stream_t) override { memory::managed_free(p); }
+  void* raw_alloc(size_t size, gpumem_stream_t stream) override {
+    return memory::managed_alloc(device(), size, flags_, checked("gpumem_alloc", stream));
+  }
+  void raw_free(void* p, size_t, gpumem_stream_t) override { memory::managed_free(p, checked("gpumem_free", nullptr)); }
 
  private:
   unsigned flags_;
@@ -178,8 +195,10 @@ class PinnedAllocator final : public RawAllocator {
   StreamOrder* stream_order() override { return cuda_stream_order(-1); }
 
  protected:
-  void* raw_alloc(size_t size, gpumem_stream_t) override { return memory::host_alloc(size, flags_); }
-  void raw_free(void* p, size_t, gpumem_stream_t) override { memory::host_free(p); }
+  void* raw_alloc(size_t size, gpumem_stream_t stream) override {
+    return memory::host_alloc(size, flags_, checked("gpumem_alloc", stream));
+  }
+  void raw_free(void* p, size_t, gpumem_stream_t) override { memory::host_free(p, checked("gpumem_free", nullptr)); }
 
  private:
   unsigned flags_;

@@ -320,6 +320,15 @@ void refuse_during_capture(const char* fn, const char* work, const char* instead
                      fn, what.c_str(), work, instead));
 }
 
+bool capture_mode_relaxed() {
+  // The mode is read by exchanging it, and put back at once.
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  check(api().cuThreadExchangeStreamCaptureMode(&mode), "cuThreadExchangeStreamCaptureMode");
+  CUstreamCaptureMode back = mode;
+  check(api().cuThreadExchangeStreamCaptureMode(&back), "cuThreadExchangeStreamCaptureMode");
+  return mode == CU_STREAM_CAPTURE_MODE_RELAXED;
+}
+
 RelaxedCaptureScope::RelaxedCaptureScope() {
   check(api().cuThreadExchangeStreamCaptureMode(&previous_), "cuThreadExchangeStreamCaptureMode");
 }

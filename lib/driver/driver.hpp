@@ -94,6 +94,10 @@ class RelaxedCaptureScope {
 void refuse_during_capture(const char* fn, const char* work, const char* instead,
                            std::initializer_list<CUcontext> contexts = {}, CUstream stream = nullptr);
 
+// Whether the calling thread's captures are in relaxed mode, where the driver lets synchronous
+// allocations and frees run during a capture (PyTorch and CuPy grow their pools so).
+bool capture_mode_relaxed();
+
 // The legacy default stream, as a stream argument names it (NULL, or CU_STREAM_LEGACY).
 inline bool is_legacy_stream(CUstream stream) { return stream == nullptr || stream == CU_STREAM_LEGACY; }
 

@@ -770,6 +770,32 @@ static void test_stream_capture_refuses_sync_copy2d_and_copy3d(void** state) {
   memory_free(KIND_DEVICE, dev_b);
 }
 
+/* Allocations and frees through allocator handles (and so a pool's growth) are refused as the
+ * gpumem_device_alloc family is, unless this thread's captures are relaxed: the driver lets them
+ * run then, and pools grow during a capture so (as PyTorch's does). */
+static void test_stream_capture_allocator_handles(void** state) {
+  (void)state;
+  require_gpu();
+  gpumem_allocator_t* dev = NULL;
+  assert_ok(gpumem_allocator_create_device(0, &dev));
+  capture_t* c = capture_begin(&kScenarios[0]);
+  void* p = (void*)0x1;
+  assert_status(gpumem_alloc(dev, 4096, NULL, &p), GPUMEM_ERROR_STREAM_CAPTURE);
+  assert_null(p);
+  assert_detail_contains("gpumem_alloc: refused while a stream is being captured");
+  assert_int_equal(gpumem_last_cuda_result(), 0);
+  assert_int_equal(capture_status(c), STATUS_ACTIVE);
+  assert_int_equal(capture_end(c), 0);
+
+  c = capture_begin(&kScenarios[7]); /* global mode elsewhere, this thread relaxed */
+  const gpumem_status_t st = gpumem_alloc(dev, 4096, NULL, &p);
+  assert_true(st != GPUMEM_ERROR_STREAM_CAPTURE); /* over the fake, its answer; on a GPU, memory */
+  if (st == GPUMEM_SUCCESS) assert_ok(gpumem_free(dev, p, NULL));
+  assert_int_equal(capture_status(c), STATUS_ACTIVE);
+  assert_int_equal(capture_end(c), 0);
+  assert_ok(gpumem_allocator_destroy(dev));
+}
+
 /* The calls gpumem does not check ask the driver only questions, or give it advice: none breaks a
  * capture in global mode. Should the driver ever refuse one, this fails and names it. */
 static void test_stream_capture_queries_leave_capture_valid(void** state) {
@@ -1003,6 +1029,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test_teardown(test_stream_capture_records_async_memset, end_open_capture),
       cmocka_unit_test_teardown(test_stream_capture_refuses_sync_copy2d_and_copy3d, end_open_capture),
       cmocka_unit_test_teardown(test_stream_capture_queries_leave_capture_valid, end_open_capture),
+      cmocka_unit_test_teardown(test_stream_capture_allocator_handles, end_open_capture),
       cmocka_unit_test_teardown(test_stream_capture_graph_of_async_copies_replays, end_open_capture),
   };
   if (model && getenv("GPUMEM_CUDA_DRIVER") == NULL) {
