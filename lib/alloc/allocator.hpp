@@ -128,6 +128,11 @@ class Allocator : public gpumem_allocator_s {
   void retain() { users_.fetch_add(1, std::memory_order_relaxed); }
   void unretain() { users_.fetch_sub(1, std::memory_order_relaxed); }
   int users() const { return users_.load(std::memory_order_relaxed); }
+  // Pools built on this allocator (counted in users() too): a caller's free looks for a pool that
+  // holds the memory only while there is one.
+  void add_pool() { pools_.fetch_add(1, std::memory_order_relaxed); }
+  void remove_pool() { pools_.fetch_sub(1, std::memory_order_relaxed); }
+  int pools() const { return pools_.load(std::memory_order_relaxed); }
   bool permanent() const { return permanent_; }
   void make_permanent() { permanent_ = true; }
 
@@ -190,6 +195,7 @@ class Allocator : public gpumem_allocator_s {
   const int device_;
   const char* const kind_;
   std::atomic<int> users_{0};
+  std::atomic<int> pools_{0};
   bool permanent_ = false;
   std::mutex hooks_mutex_;
   std::vector<Hook> hooks_;

@@ -109,10 +109,7 @@ GPUMEM_API gpumem_status_t gpumem_alloc(gpumem_allocator_t* allocator, size_t si
 
 GPUMEM_API gpumem_status_t gpumem_free(gpumem_allocator_t* allocator, void* ptr, gpumem_stream_t stream) {
   return guard([&] {
-    if (!ptr) return;
-    Allocator* a = gpumem::alloc::resolve(allocator);
-    gpumem::pool::Pool::refuse_if_held(a, ptr);  // an upstream takes back a pool's memory only from the pool
-    a->deallocate(ptr, stream);
+    if (ptr) gpumem::pool::Pool::free_from_caller(gpumem::alloc::resolve(allocator), ptr, stream);
   });
 }
 

@@ -47,10 +47,7 @@ GPUMEM_API void gpumem_torch_free(void* ptr, ptrdiff_t size, int32_t device, gpu
   (void)size;
   // The status has nowhere to go: the guard leaves its detail for gpumem_last_error_detail().
   (void)guard([&] {
-    if (!ptr) return;
-    gpumem::alloc::Allocator* a = default_of(device);
-    gpumem::pool::Pool::refuse_if_held(a, ptr);
-    a->deallocate(ptr, stream);
+    if (ptr) gpumem::pool::Pool::free_from_caller(default_of(device), ptr, stream);
   });
 }
 
@@ -67,10 +64,7 @@ GPUMEM_API void* gpumem_cupy_alloc(void* target, size_t size, int32_t device) {
 GPUMEM_API void gpumem_cupy_free(void* target, void* ptr, int32_t device) {
   (void)guard([&] {
     const gpumem_cupy_target_t& t = target_of(target);
-    if (!ptr) return;
-    gpumem::alloc::Allocator* a = allocator_of(t, device);
-    gpumem::pool::Pool::refuse_if_held(a, ptr);
-    a->deallocate(ptr, t.stream);
+    if (ptr) gpumem::pool::Pool::free_from_caller(allocator_of(t, device), ptr, t.stream);
   });
 }
 

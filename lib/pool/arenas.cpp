@@ -2,8 +2,6 @@
 // the map of the blocks (or ranges) taken from the upstream; and which pool holds a block of an
 // upstream's, so that the upstream refuses to take it back from anyone else.
 #include <algorithm>
-#include <atomic>
-#include <cstring>
 #include <mutex>
 
 #include "pool/pool_parts.hpp"
@@ -14,45 +12,39 @@ namespace {
 // Every live pool, for holder_of(). Pools are made and destroyed rarely; the list is read only
 // when memory is freed through an allocator that something is built on.
 std::mutex pools_mutex;
-std::atomic<int> pools_on_pools{0};  // pools whose upstream is a pool: only then does a pool's free look
-std::vector<Pool*>& pools() {
+std::vector<Pool*>& all_pools() {
   static auto* list = new std::vector<Pool*>;  // never destroyed: pools may outlive static destructors
   return *list;
 }
-
-bool is_pool(const alloc::Allocator* a) { return std::strcmp(a->kind(), "pool") == 0; }
 
 }  // namespace
 
 void Pool::enlist(Pool* pool) {
   std::lock_guard<std::mutex> lock(pools_mutex);
-  pools().push_back(pool);
-  if (is_pool(pool->upstream_)) pools_on_pools.fetch_add(1, std::memory_order_relaxed);
+  all_pools().push_back(pool);
 }
 
 void Pool::delist(Pool* pool) {
   std::lock_guard<std::mutex> lock(pools_mutex);
-  if (is_pool(pool->upstream_)) pools_on_pools.fetch_sub(1, std::memory_order_relaxed);
-  auto& list = pools();
+  auto& list = all_pools();
   list.erase(std::remove(list.begin(), list.end(), pool), list.end());
 }
 
 Pool* Pool::holder_of(const alloc::Allocator* upstream, const void* p) {
   std::lock_guard<std::mutex> lock(pools_mutex);
-  for (Pool* pool : pools())
+  for (Pool* pool : all_pools())
     if (pool->upstream_ == upstream && pool->holds(p)) return pool;
   return nullptr;
 }
 
-void Pool::refuse_if_held(const alloc::Allocator* upstream, const void* p) {
-  // Cheap for what has nothing built on it, and for a pool (a process default, say) unless some
-  // pool is built on a pool.
-  if (upstream->users() == 0 || (is_pool(upstream) && pools_on_pools.load(std::memory_order_relaxed) == 0)) return;
-  if (const Pool* pool = holder_of(upstream, p))
-    fail(GPUMEM_ERROR_NOT_OWNED,
-         "%p is held by the pool %p built on this %s allocator (in use or cached there): free it through that pool, "
-         "which returns it when it no longer needs it",
-         p, static_cast<const void*>(static_cast<const gpumem_allocator_s*>(pool)), upstream->kind());
+void Pool::free_from_caller(alloc::Allocator* a, void* p, gpumem_stream_t stream) {
+  if (a->pools() > 0)
+    if (const Pool* pool = holder_of(a, p))
+      fail(GPUMEM_ERROR_NOT_OWNED,
+           "%p is held by the pool %p built on this %s allocator (in use or cached there): free it through that pool, "
+           "which returns it when it no longer needs it",
+           p, static_cast<const void*>(static_cast<const gpumem_allocator_s*>(pool)), a->kind());
+  a->deallocate(p, stream);
 }
 
 bool Pool::holds(const void* p) { return segment_arena(reinterpret_cast<uintptr_t>(p)) != nullptr; }

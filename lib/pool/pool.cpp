@@ -37,6 +37,7 @@ Pool::Pool(alloc::Allocator* upstream, uint64_t limit, alloc::StreamOrder* order
   table_.store(tables_.back().get(), std::memory_order_release);
   enlist(this);
   upstream_->retain();
+  upstream_->add_pool();
 }
 
 Pool::~Pool() {
@@ -51,6 +52,7 @@ Pool::~Pool() {
     // The upstream refused some blocks back; nothing more can be done for them now.
   }
   delist(this);
+  upstream_->remove_pool();
   upstream_->unretain();
 }
 

@@ -81,8 +81,9 @@ class Pool final : public alloc::Allocator {
   // A live pool built on upstream that holds p, or NULL: the upstream must not take p back from
   // anyone but that pool.
   static Pool* holder_of(const alloc::Allocator* upstream, const void* p);
-  // Throws NOT_OWNED, naming the pool, if a pool on upstream holds p: for frees from outside.
-  static void refuse_if_held(const alloc::Allocator* upstream, const void* p);
+  // A free by a caller (gpumem_free, the drop-ins), not by a pool: refused with NOT_OWNED, naming
+  // the pool, if a pool built on a holds p; an upstream takes a pool's memory back only from it.
+  static void free_from_caller(alloc::Allocator* a, void* p, gpumem_stream_t stream);
   // Checks every invariant of the pool's structures; throws GPUMEM_ERROR_INTERNAL naming the first
   // broken one. For tests and the fuzzer: it walks everything, and wants no other call running.
   void check_invariants();
