@@ -19,6 +19,27 @@ void Allocator::set_peer_access(int peer_device, bool) {
   fail(GPUMEM_ERROR_NOT_SUPPORTED, "the %s allocator's memory cannot be opened to device %d", kind_, peer_device);
 }
 
+void Ranges::move(uintptr_t from, uintptr_t to, size_t size, size_t& moved, size_t& lost) {
+  const size_t u = unit();
+  lost = 0;
+  for (moved = 0; moved < size; moved += u) {
+    // Unmapped first, so that no more is mapped than before even for a moment.
+    size_t unmapped = 0;
+    unmap(from + moved, u, unmapped);
+    try {
+      map(to + moved, u);
+    } catch (...) {
+      try {
+        map(from + moved, u);  // back where it was
+      } catch (...) {
+        moved += u;
+        lost = u;
+      }
+      throw;
+    }
+  }
+}
+
 Allocator::~Allocator() {
   // Whatever it recorded stays readable: the file is completed. A failure to write it was the
   // caller's to hear from gpumem_trace_stop(), which can no longer reach this allocator.

@@ -83,6 +83,14 @@ class Ranges {
   // Sets unmapped to the bytes from p that are unmapped: size, or on a failure, which it throws,
   // what went before the failure (a whole number of units).
   virtual void unmap(uintptr_t p, size_t size, size_t& unmapped) = 0;
+  // Moves the memory mapped at [from, from + size) to [to, to + size), where nothing is mapped,
+  // both whole units in ranges of this allocator: what is mapped stays as much. The caller
+  // guarantees that no work uses from any more (unmapping does not wait for the device). Sets
+  // moved to the bytes from the start that left from, whole units, also when it throws; of them,
+  // the last lost bytes (a unit at most, only when it throws) are mapped nowhere any more. By
+  // default each unit is unmapped at from and mapped at to (mapped at from again if that fails);
+  // over CUDA the same physical memory is mapped again, which keeps the bytes and loses nothing.
+  virtual void move(uintptr_t from, uintptr_t to, size_t size, size_t& moved, size_t& lost);
 
  protected:
   ~Ranges() = default;

@@ -115,7 +115,7 @@ void VmAllocator::undo_map(uintptr_t p, size_t size, size_t piece) noexcept {
   }
 }
 
-void VmAllocator::map_memory(uintptr_t p, size_t size, uintptr_t range, bool counted, size_t piece) {
+void VmAllocator::set_access_and_record(uintptr_t p, size_t size, uintptr_t range, bool counted) {
   std::vector<CUmemAccessDesc> access;
   uint64_t generation;
   {
@@ -123,6 +123,27 @@ void VmAllocator::map_memory(uintptr_t p, size_t size, uintptr_t range, bool cou
     access = access_list(false);
     generation = peer_generation_;
   }
+  // The access is set until it matches peers_ as it is when the span is recorded: a change of
+  // peer access made meanwhile did not see this span.
+  for (;;) {
+    const CUresult r =
+        driver::api().cuMemSetAccess(static_cast<CUdeviceptr>(p), size, access.data(), access.size());
+    if (r != CUDA_SUCCESS)
+      driver::throw_result(r, format("cuMemSetAccess of %s bytes at %p for device %d and %zu peer%s",
+                                     grouped(size).c_str(), pointer(p), device(), access.size() - 1,
+                                     access.size() == 2 ? "" : "s"));
+    std::lock_guard<SpinLock> lock(mutex_);
+    if (generation == peer_generation_) {
+      add_span(p, p + size, range);
+      if (counted) stats_.on_reserve(size);
+      return;
+    }
+    generation = peer_generation_;
+    access = access_list(true);
+  }
+}
+
+void VmAllocator::map_memory(uintptr_t p, size_t size, uintptr_t range, bool counted, size_t piece) {
   const driver::Api& a = driver::api();
   driver::ContextScope scope(driver::primary_context(device()));
   size_t done = 0;  // bytes this call has mapped
@@ -151,23 +172,7 @@ void VmAllocator::map_memory(uintptr_t p, size_t size, uintptr_t range, bool cou
                                               pointer(p + done - piece), device()));
       }
     }
-    // The access is set until it matches peers_ as it is when the span is recorded: a change of
-    // peer access made meanwhile did not see this span.
-    for (;;) {
-      const CUresult r = a.cuMemSetAccess(static_cast<CUdeviceptr>(p), size, access.data(), access.size());
-      if (r != CUDA_SUCCESS)
-        driver::throw_result(
-            r, format("cuMemSetAccess of %s bytes at %p for device %d and %zu peer%s", grouped(size).c_str(),
-                      pointer(p), device(), access.size() - 1, access.size() == 2 ? "" : "s"));
-      std::lock_guard<SpinLock> lock(mutex_);
-      if (generation == peer_generation_) {
-        add_span(p, p + size, range);
-        if (counted) stats_.on_reserve(size);
-        break;
-      }
-      generation = peer_generation_;
-      access = access_list(true);
-    }
+    set_access_and_record(p, size, range, counted);
   } catch (...) {
     undo_map(p, done, piece);
     throw;

@@ -31,6 +31,8 @@ class VmAllocator final : public RawAllocator, public Ranges {
   void unreserve(uintptr_t base, size_t size) override;
   void map(uintptr_t p, size_t size) override;
   void unmap(uintptr_t p, size_t size, size_t& unmapped) override;
+  // The same physical memory mapped at to (vm_move.cpp): no memory made or freed.
+  void move(uintptr_t from, uintptr_t to, size_t size, size_t& moved, size_t& lost) override;
 
   gpumem_vm_info_t info();
 
@@ -62,6 +64,11 @@ class VmAllocator final : public RawAllocator, public Ranges {
   // Unmaps units this allocator mapped and nothing has used yet; ignores failures.
   void undo_map(uintptr_t p, size_t size, size_t piece) noexcept;
   [[noreturn]] void fail_mapping(CUresult result, const char* call, size_t size, size_t piece);
+  // Sets [p, p + size)'s access to the device's and its peers', until it matches peers_ as the
+  // span is recorded (add_span) under mutex_; with counted, the bytes count as reserved.
+  void set_access_and_record(uintptr_t p, size_t size, uintptr_t range, bool counted);
+  // Unmaps what move() mapped at to, if anything fails before the memory at from is let go.
+  void undo_move(uintptr_t to, size_t size) noexcept { undo_map(to, size, unit_); }
   // Sets one device's access to [lo, hi), or to what is still mapped of it.
   void apply_access(uintptr_t lo, uintptr_t hi, const CUmemAccessDesc& desc);
 

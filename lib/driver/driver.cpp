@@ -16,11 +16,13 @@ namespace {
 constexpr int kMinimumDriverVersion = 12000;  // cuGetProcAddress_v2 and the signatures above
 // The only entry points a driver may lack; every other one is required. Without CUDA 12.2's
 // prefetch and advice, those calls answer GPUMEM_ERROR_NOT_SUPPORTED; without the virtual memory
-// management calls, gpumem_allocator_create_vm() does (it checks for them), and nothing else is lost.
+// management calls, gpumem_allocator_create_vm() does (it checks for them), and nothing else is lost;
+// without cuMemRetainAllocationHandle a pool over it moves memory by unmapping and mapping anew.
 bool optional_entry_point(std::string_view name) {
   return name == "cuMemPrefetchAsync" || name == "cuMemAdvise" || name == "cuMemAddressReserve" ||
          name == "cuMemAddressFree" || name == "cuMemCreate" || name == "cuMemRelease" || name == "cuMemMap" ||
-         name == "cuMemUnmap" || name == "cuMemSetAccess" || name == "cuMemGetAllocationGranularity";
+         name == "cuMemUnmap" || name == "cuMemSetAccess" || name == "cuMemGetAllocationGranularity" ||
+         name == "cuMemRetainAllocationHandle";
 }
 
 struct Loaded {

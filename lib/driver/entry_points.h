@@ -45,6 +45,7 @@
   X(cuMemUnmap, 10020)                                 \
   X(cuMemSetAccess, 10020)                             \
   X(cuMemGetAllocationGranularity, 10020)              \
+  X(cuMemRetainAllocationHandle, 11000)                \
   X(cuCtxSynchronize, 2000)                            \
   X(cuMemHostAlloc, 2020)                              \
   X(cuMemFreeHost, 2000)                               \

@@ -176,6 +176,7 @@ void Pool::retire_locked(Arena& arena) noexcept {
   arena.allocs = arena.frees = 0;
   arena.allocs_seen = kNeverSeen;
   arena.unfenceable = false;
+  drop_fences(arena);
   arena.retired = true;
   table_.load(std::memory_order_relaxed)->remove(&arena);
   // Its chunk objects are all spare now: their memory goes, and the map's.

@@ -55,6 +55,7 @@ Pool::Chunk* Pool::split(Arena& arena, Chunk* c, size_t offset, Chunk* fresh) {
   upper->pending = c->pending;
   upper->hole = c->hole;
   upper->freed_at = c->freed_at;
+  upper->freed_seq = c->freed_seq;
   arena.chunks.emplace(upper->ptr, upper);
   upper->prev = c;
   upper->next = c->next;
@@ -67,14 +68,18 @@ Pool::Chunk* Pool::split(Arena& arena, Chunk* c, size_t offset, Chunk* fresh) {
 Pool::Chunk* Pool::settle_chunk(Arena& arena, Chunk* c, bool hole) {
   c->in_use = c->pending = false;
   c->hole = hole;
+  if (hole) c->freed_seq = 0;  // memory mapped here later is new to the GPU
   const auto same = [hole](const Chunk* n) { return n && !n->in_use && n->hole == hole; };
   const auto unlist = [&](Chunk* n) { hole ? remove_hole(arena, n) : remove_free(arena, n); };
+  // A merged chunk is as recently used as the most recent of its parts.
   if (Chunk* n = c->next; same(n)) {
     unlist(n);
+    c->freed_seq = std::max(c->freed_seq, n->freed_seq);
     absorb(arena, c, n);
   }
   if (Chunk* pv = c->prev; same(pv)) {
     unlist(pv);
+    pv->freed_seq = std::max(pv->freed_seq, c->freed_seq);
     absorb(arena, pv, c);
     c = pv;
   }
@@ -133,7 +138,8 @@ bool Pool::place(Arena& arena, size_t rounded, Placement& out) const {
   return found;
 }
 
-std::vector<Pool::Chunk*> Pool::take_for_mapping(Arena& arena, const Placement& at, size_t rounded) {
+std::vector<Pool::Chunk*> Pool::take_for_mapping(Arena& arena, const Placement& at, size_t rounded,
+                                                  std::vector<Chunk*>& spares) {
   const size_t unit = ranges_->unit();
   const uintptr_t start = at.start, end = at.start + rounded;
   Chunk* first = at.run;
@@ -146,7 +152,9 @@ std::vector<Pool::Chunk*> Pool::take_for_mapping(Arena& arena, const Placement& 
   // Everything that can fail comes first.
   std::vector<Chunk*> transit;
   transit.reserve(chunks + holes);
-  std::vector<Chunk*> fresh = fresh_chunks(arena, 2 * holes);
+  std::vector<Chunk*> fresh = fresh_chunks(arena, 3 * holes);
+  spares.assign(fresh.end() - static_cast<std::ptrdiff_t>(holes), fresh.end());
+  fresh.resize(fresh.size() - holes);
   for (Chunk* c = first; c && c->ptr < end; c = c->next) {
     if (c->hole) {
       // Only the units the allocation lies in are mapped; the rest of the hole stays one.
@@ -218,40 +226,37 @@ void Pool::reserve_range(Arena& arena) {
   }
 }
 
-void* Pool::grow_in_place(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, bool& over_limit) {
-  Placement at{};
-  std::vector<Chunk*> transit;  // the region's chunks, in address order
+void Pool::place_in_transit(Arena& arena, size_t rounded, Placement& at, std::vector<Chunk*>& transit,
+                            std::vector<Chunk*>& spares, bool& over_limit) {
   for (;;) {
     {
       std::lock_guard<SpinLock> lock(mutex_);
       std::lock_guard<SpinLock> own(arena.lock);
       if (place(arena, rounded, at)) {
-        if (limit_ && stats_.reserved + growing_ + at.to_map > limit_) {
-          over_limit = true;
-          return nullptr;
-        }
-        transit = take_for_mapping(arena, at, rounded);
-        growing_ += at.to_map;
-        break;
+        transit = take_for_mapping(arena, at, rounded, spares);
+        return;
       }
-      // A new range would not be mapped beyond the limit either: no addresses are reserved for it.
-      if (limit_ && stats_.reserved + growing_ + align_up(rounded, ranges_->unit()) > limit_) {
+      // A new range would not be mapped beyond the limit either: no addresses are reserved for
+      // it, unless free memory elsewhere may be moved into it.
+      if (!reclaim_pages_.load(std::memory_order_relaxed) && limit_ &&
+          stats_.reserved + growing_ + align_up(rounded, ranges_->unit()) > limit_) {
         over_limit = true;
-        return nullptr;
+        return;
       }
     }
     // No run can hold it: a new range, which can (the request is no larger than one). Another
     // thread on the stream may take it first; then this one looks again.
     reserve_range(arena);
   }
-  // Outside the locks: map the holes' parts, in address order. Parts mapped before a failure stay
-  // mapped, as free memory.
-  // Nothing to map (another thread's free made room meanwhile): no upstream call to tell of.
-  if (at.to_map && hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE))
-    run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE, at.to_map, at.to_map, nullptr, stream, GPUMEM_SUCCESS);
+}
+
+uint64_t Pool::map_holes(std::vector<Chunk*>& transit, uint64_t bytes, gpumem_stream_t stream,
+                         std::exception_ptr& failure) {
+  // Nothing to map (moved, or another thread's free made room meanwhile): no upstream call to tell of.
+  if (bytes && hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE))
+    run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE, bytes, bytes, nullptr, stream, GPUMEM_SUCCESS);
   uint64_t mapped_bytes = 0;
   void* first_mapped = nullptr;
-  std::exception_ptr failure;
   for (Chunk* c : transit) {
     if (failure) break;
     if (!c->hole) continue;
@@ -265,7 +270,7 @@ void* Pool::grow_in_place(Arena& arena, size_t size, size_t rounded, gpumem_stre
       failure = std::current_exception();
     }
   }
-  if (at.to_map && hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_POST)) {
+  if (bytes && hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_POST)) {
     gpumem_status_t st = GPUMEM_SUCCESS;
     if (failure) {
       try {
@@ -274,15 +279,45 @@ void* Pool::grow_in_place(Arena& arena, size_t size, size_t rounded, gpumem_stre
         st = current_status();
       }
     }
-    run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_POST, at.to_map, at.to_map, failure ? nullptr : first_mapped, stream, st);
+    run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_POST, bytes, bytes, failure ? nullptr : first_mapped, stream, st);
   }
+  return mapped_bytes;
+}
+
+void* Pool::grow_in_place(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, bool& over_limit) {
+  Placement at{};
+  std::vector<Chunk*> transit;  // the region's chunks, in address order
+  std::vector<Chunk*> spares;   // the arena's, for splits of its holes
+  std::vector<Donor> donors;
+  struct GiveBack {  // on every way out, once the region is settled
+    Pool* pool;
+    std::vector<Donor>& donors;
+    ~GiveBack() { pool->return_pages(donors); }
+  } give_back{this, donors};
+  place_in_transit(arena, rounded, at, transit, spares, over_limit);
+  if (over_limit) return nullptr;
+  // Steps of the region: free memory anywhere moved in, the rest mapped, the limit counting that rest.
+  const uint64_t donated =
+      at.to_map && reclaim_pages_.load(std::memory_order_relaxed) ? take_pages(arena, at.to_map, donors) : 0;
+  const uint64_t fresh = at.to_map - std::min<uint64_t>(at.to_map, donated);
   {
     std::lock_guard<SpinLock> lock(mutex_);
-    growing_ -= at.to_map;
+    over_limit = limit_ && stats_.reserved + growing_ + fresh > limit_;
+    if (!over_limit) growing_ += fresh;
+  }
+  std::exception_ptr failure;
+  uint64_t mapped_bytes = 0;
+  if (!over_limit) {
+    const uint64_t left = donors.empty() ? at.to_map : move_pages(donors, transit, spares, failure);
+    mapped_bytes = map_holes(transit, left, stream, failure);
+    std::lock_guard<SpinLock> lock(mutex_);
+    growing_ -= fresh;
     if (mapped_bytes) stats_.on_reserve(mapped_bytes);
   }
   ArenaLock lock(arena.lock);
+  for (Chunk* c : spares) delete_chunk(arena, c);
   for (Chunk* c : transit) settle_chunk(arena, c, c->hole);
+  if (over_limit) return nullptr;
   if (failure) {
     lock.unlock();
     std::rethrow_exception(failure);
@@ -378,7 +413,17 @@ uint64_t Pool::unmap_free(Arena& arena) {
     stats_.reserved -= unmapped_bytes + lost;
     stats_.upstream_frees += unmaps;
   }
-  // Ranges with nothing mapped any more go back whole.
+  try {
+    unreserve_empty_ranges(arena);
+  } catch (...) {
+    if (!first) first = std::current_exception();
+  }
+  if (first) std::rethrow_exception(first);
+  return unmapped_bytes;
+}
+
+void Pool::unreserve_empty_ranges(Arena& arena) {
+  std::exception_ptr first;
   std::vector<Block> empty;
   {
     std::lock_guard<SpinLock> lock(arena.lock);
@@ -429,7 +474,6 @@ uint64_t Pool::unmap_free(Arena& arena) {
     }
   }
   if (first) std::rethrow_exception(first);
-  return unmapped_bytes;
 }
 
 }  // namespace gpumem::pool

@@ -51,6 +51,7 @@ Pool::~Pool() {
   } catch (...) {
     // The upstream refused some blocks back; nothing more can be done for them now.
   }
+  for (auto& a : arenas_) drop_fences(*a);
   delist(this);
   upstream_->remove_pool();
   upstream_->unretain();
@@ -133,6 +134,7 @@ Pool::Chunk* Pool::take(Arena& arena, size_t rounded) {
   if (best->size > rounded) {  // the remainder is made and registered before any change: both may throw
     rest = new_chunk(arena);
     rest->ptr = best->ptr + rounded;
+    rest->freed_seq = best->freed_seq;
     try {
       arena.chunks.emplace(rest->ptr, rest);
     } catch (...) {
@@ -392,6 +394,7 @@ void Pool::finish_free(Chunk* c, bool undo) {
     c = pv;
   }
   c->freed_at = arena.allocs;
+  c->freed_seq = ++arena.free_seq;
   insert_free(arena, c, merged ? size_class(c->size) : c->cls);
 }
 

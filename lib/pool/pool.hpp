@@ -64,6 +64,10 @@ class Pool final : public alloc::Allocator {
   std::vector<BlockInfo> snapshot();
   void set_limit(uint64_t limit);
   void set_stream_reuse(StreamReuse reuse);
+  // Over ranges: whether growth first moves whole free units, of any arena, to where memory is
+  // needed (page reclaim; on by default).
+  void set_page_reclaim(bool on) { reclaim_pages_.store(on, std::memory_order_relaxed); }
+  bool page_reclaim() const { return reclaim_pages_.load(std::memory_order_relaxed); }
   // Marks a live allocation as used on another stream too (PyTorch's record_stream): its free is
   // then fenced on that stream before the memory is handed out again.
   void record_stream(void* p, gpumem_stream_t stream);
@@ -207,7 +211,15 @@ class Pool final : public alloc::Allocator {
   bool place(Arena& arena, size_t rounded, Placement& out) const;
   // Under the locks: splits the placement's holes at the unit bounds of what is to be mapped and
   // takes the region's chunks out of the lists (in transit). Returns the parts to map.
-  std::vector<Chunk*> take_for_mapping(Arena& arena, const Placement& at, size_t rounded);
+  // Fresh chunk objects are set aside in spares too, one for each hole.
+  std::vector<Chunk*> take_for_mapping(Arena& arena, const Placement& at, size_t rounded, std::vector<Chunk*>& spares);
+  // The placement's chunks in transit, a new range reserved if no run can hold rounded; sets
+  // over_limit, taking nothing, when a new range would be beyond the limit.
+  void place_in_transit(Arena& arena, size_t rounded, Placement& at, std::vector<Chunk*>& transit,
+                        std::vector<Chunk*>& spares, bool& over_limit);
+  // Maps the holes among transit's chunks (bytes of them), with the hooks and trace records of
+  // growth; stops at the first failure. Returns the bytes mapped.
+  uint64_t map_holes(std::vector<Chunk*>& transit, uint64_t bytes, gpumem_stream_t stream, std::exception_ptr& failure);
   // Splits c at offset into fresh, which becomes the upper part: registered and linked, with c's
   // flags and in no list. The chunk map must have room (reserved).
   Chunk* split(Arena& arena, Chunk* c, size_t offset, Chunk* fresh);
@@ -221,6 +233,35 @@ class Pool final : public alloc::Allocator {
   // Unmaps the whole units of every free chunk of the arena, and unreserves its ranges that are
   // then wholly unmapped. Throws the first failure once done; what failed stays cached.
   uint64_t unmap_free(Arena& arena);  // returns the bytes unmapped
+  // Unreserves the arena's ranges that have nothing mapped; throws the first failure once done.
+  void unreserve_empty_ranges(Arena& arena);
+
+  // Page reclaim (reclaim.cpp): memory that growth over ranges would map is first moved from the
+  // whole units inside free chunks, of any arena, that the GPU is done with — checked by fences
+  // on each arena's stream, never waited for — so that free memory anywhere serves a request
+  // anywhere and the pool maps new memory only for what no free unit can give.
+  struct Donor {
+    Arena* arena;   // pinned until given back
+    Chunk* chunk;   // whole units, in transit
+    size_t moved;   // bytes from its start moved away (now holes)
+    Chunk* spare;   // for the split between what moved and what did not
+  };
+  // Takes up to want bytes (whole units) into donors, from other arenas first, oldest freed first.
+  uint64_t take_pages(Arena& own, uint64_t want, std::vector<Donor>& donors) noexcept;
+  uint64_t take_pages_from(Arena& arena, uint64_t want, std::vector<Donor>& donors);
+  // Moves donors' units into the holes among transit's chunks (in order), marking what is filled
+  // mapped and splitting a hole filled in part with one of spares (the arena's, one for each
+  // hole); returns the bytes still to map. Stops at the first failure, which it stores in failure.
+  uint64_t move_pages(std::vector<Donor>& donors, std::vector<Chunk*>& transit, std::vector<Chunk*>& spares,
+                      std::exception_ptr& failure);
+  // What moved away becomes holes, the rest free again; unpins the arenas.
+  void return_pages(std::vector<Donor>& donors) noexcept;
+  // Moves done_seq up to the fences that completed, without waiting.
+  void poll_fences(Arena& arena);
+  // Records a fence on the arena's stream if free memory waits for one and there is room.
+  void fence_free_pages(Arena& arena);
+  // Releases the arena's fences; under its lock, when it holds nothing (retired, or the pool going).
+  void drop_fences(Arena& arena) noexcept;
   void reserve_range(Arena& arena);
   // Throws OUT_OF_MEMORY with where the held bytes are and what would have served the request.
   [[noreturn]] void fail_out_of_memory(size_t size, size_t rounded, const std::string& why, const Arena& own);
@@ -237,6 +278,7 @@ class Pool final : public alloc::Allocator {
   std::atomic<ArenaTable*> table_{nullptr};
   std::atomic<bool> several_arenas_{false};
   std::atomic<StreamReuse> reuse_;
+  std::atomic<bool> reclaim_pages_{true};  // over ranges: growth moves free units first (reclaim.cpp)
   // Read on every free, written when another thread publishes (rarely, in a steady state).
   alignas(64) std::atomic<const void*> last_publisher_{nullptr};  // the thread that published last
   // Bytes in use for the peak: the sum of what each arena last published, which is never below
@@ -246,6 +288,7 @@ class Pool final : public alloc::Allocator {
   alignas(64) uint64_t limit_;
   uint64_t growing_ = 0;    // bytes being taken from the upstream right now, counted against the limit
   uint64_t addresses_ = 0;  // over ranges: bytes of addresses reserved
+  uint64_t moves_ = 0, moved_bytes_ = 0;  // page reclaim: the upstream's moves and their bytes
   std::vector<Pending> pending_frees_;
   std::mutex settle_mutex_;  // held by settle_pending() across its driver calls; not on any fast path
   std::vector<std::unique_ptr<Arena>> arenas_;        // not retired, each at its index

@@ -70,7 +70,16 @@ struct Pool::Chunk {
   bool pending;                        // freed, waiting for fences in pending_frees_; or in transit
   bool hole;                           // addresses with nothing mapped (over ranges): in the holes list
   uint64_t freed_at;                   // free: its arena's allocation count when it was freed
+  uint64_t freed_seq;                  // free: its arena's free_seq when it was last freed into (0: never used)
 };
+
+// A fence recorded on an arena's stream, and the arena's free_seq then: once it completes, the GPU
+// is done with every chunk freed up to that count.
+struct FencePoint {
+  alloc::StreamOrder::Fence fence;
+  uint64_t seq;
+};
+constexpr int kFencePoints = 4;  // fences in flight per arena, oldest first
 
 // Aligned to a cache line so that one thread's arena shares no line with another's. An arena that
 // holds nothing is retired and its object kept for the next new stream: threads that found it
@@ -112,6 +121,11 @@ struct alignas(64) Pool::Arena {
   // What was handed out from the arena's blocks and not yet freed.
   uint64_t in_use = 0, requested = 0, live = 0, allocs = 0, frees = 0;
   uint64_t published = 0;  // in_use as last added to the pool's published_in_use_
+  // Page reclaim (reclaim.cpp): frees into the lists are counted, and the GPU is known to be done
+  // with each free chunk whose freed_seq is at most done_seq, which fences on the stream advance.
+  uint64_t free_seq = 0, done_seq = 0;
+  std::array<FencePoint, kFencePoints> fences{};
+  int fence_count = 0;
 
   // The first non-empty class at or above c, or -1.
   int find_from(int c) const {

@@ -863,6 +863,22 @@ static CUresult CUDAAPI fake_cuMemMap(CUdeviceptr ptr, size_t size, size_t offse
   pthread_mutex_unlock(&vmm_mutex);
   return r;
 }
+/* The allocation mapped at addr (the start of a mapping), retained: a live handle again until
+ * released, as the driver counts references. */
+static CUresult CUDAAPI fake_cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  REQUIRE_INIT();
+  CUresult r = CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&vmm_mutex);
+  for (size_t i = 0; i < vmm_mapping_count && handle != NULL; ++i)
+    if (vmm_mappings[i].start == (uintptr_t)addr) {
+      vmm_handles[vmm_mappings[i].handle - 1].released = 0;
+      *handle = vmm_mappings[i].handle;
+      r = CUDA_SUCCESS;
+      break;
+    }
+  pthread_mutex_unlock(&vmm_mutex);
+  return r;
+}
 /* Whole mappings that make up [ptr, ptr + size) without a gap. */
 /* Injected cuMemUnmap failures: after unmap_fail_skip more calls, one returns unmap_fail_code. */
 static int unmap_fail_skip = -1;

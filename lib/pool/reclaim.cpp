@@ -1,0 +1,234 @@
+// Page reclaim, over an upstream with address ranges: physical memory is one resource of the
+// pool, which every arena's addresses borrow. Before growth maps new memory, it moves the whole
+// units that lie inside free chunks — of any stream's arena, the oldest freed first — to where the
+// memory is needed, so a pool holds little more than its peak in use, whatever the sizes and
+// streams. A unit is moved only once the GPU is done with it (moving unmaps it, and unmapping does
+// not wait for kernels): each arena records fences on its stream, and a free chunk is done once a
+// fence recorded after its free has completed. Fences are polled, never waited for, so what is
+// not done yet is left for a later growth, and growth maps new memory instead.
+#include <algorithm>
+
+#include "pool/pool_parts.hpp"
+
+namespace gpumem::pool {
+namespace {
+
+uintptr_t align_down(uintptr_t x, size_t unit) { return x & ~(uintptr_t{unit} - 1); }
+uintptr_t align_up(uintptr_t x, size_t unit) { return align_down(x + unit - 1, unit); }
+
+}  // namespace
+
+void Pool::poll_fences(Arena& arena) {
+  if (!order_) return;  // memory no stream's work touches is done once freed
+  for (;;) {
+    FencePoint oldest;
+    {
+      std::lock_guard<SpinLock> lock(arena.lock);
+      if (!arena.fence_count) return;
+      oldest = arena.fences[0];
+    }
+    bool done = false;
+    try {
+      done = order_->query(oldest.fence);
+    } catch (...) {
+      // Its stream is gone (destroyed by its owner): what it ran is over, but that cannot be
+      // told; the fence stays, and the arena's free memory is not moved.
+    }
+    if (!done) return;
+    std::lock_guard<SpinLock> lock(arena.lock);
+    if (!arena.fence_count || arena.fences[0].fence != oldest.fence) continue;  // another thread took it
+    arena.done_seq = std::max(arena.done_seq, oldest.seq);
+    std::move(arena.fences.begin() + 1, arena.fences.begin() + arena.fence_count, arena.fences.begin());
+    --arena.fence_count;
+    order_->release(oldest.fence);  // no driver call: back to the order's own list
+  }
+}
+
+void Pool::drop_fences(Arena& arena) noexcept {
+  for (int i = 0; i < arena.fence_count; ++i) order_->release(arena.fences[i].fence);
+  arena.fence_count = 0;
+  arena.done_seq = arena.free_seq;  // it holds no free memory
+}
+
+void Pool::fence_free_pages(Arena& arena) {
+  if (!order_) return;
+  const gpumem_stream_t stream = arena.stream();
+  // The per-thread default stream names another stream on every thread: only its own can fence it.
+  if (stream_key(stream) != arena.key()) return;
+  uint64_t seq;
+  {
+    std::lock_guard<SpinLock> lock(arena.lock);
+    const uint64_t fenced = arena.fence_count ? arena.fences[arena.fence_count - 1].seq : arena.done_seq;
+    if (arena.fence_count == kFencePoints || arena.unfenceable || arena.free_seq == fenced ||
+        arena.free_bytes < ranges_->unit())
+      return;
+    seq = arena.free_seq;  // read before the fence is recorded: it covers every free up to here
+  }
+  alloc::StreamOrder::Fence fence = nullptr;
+  try {
+    fence = order_->record(stream);
+  } catch (...) {
+    return;  // a destroyed stream: its free memory stays where it is
+  }
+  {
+    std::lock_guard<SpinLock> lock(arena.lock);
+    const uint64_t fenced = arena.fence_count ? arena.fences[arena.fence_count - 1].seq : 0;
+    if (arena.fence_count < kFencePoints && arena.key() == stream_key(stream) && seq > fenced) {
+      arena.fences[arena.fence_count++] = FencePoint{fence, seq};
+      return;
+    }
+  }
+  order_->release(fence);  // another thread fenced as much meanwhile
+}
+
+uint64_t Pool::take_pages_from(Arena& arena, uint64_t want, std::vector<Donor>& donors) {
+  const size_t unit = ranges_->unit();
+  std::lock_guard<SpinLock> lock(arena.lock);
+  std::vector<Chunk*> candidates;
+  // Only chunks of a unit or more can hold a whole unit: from the unit's class up.
+  for (int cls = arena.find_from(size_class(unit)); cls >= 0; cls = arena.find_from(cls + 1)) {
+    for (Chunk* c = arena.heads[cls]; c; c = c->free_next)
+      if ((!order_ || c->freed_seq <= arena.done_seq) && align_up(c->ptr, unit) < align_down(c->ptr + c->size, unit))
+        candidates.push_back(c);
+  }
+  std::sort(candidates.begin(), candidates.end(),
+            [](const Chunk* a, const Chunk* b) { return a->freed_seq < b->freed_seq; });
+  uint64_t got = 0;
+  size_t used = 0;
+  for (const Chunk* c : candidates) {
+    if (got >= want) break;
+    got += std::min<uint64_t>(align_down(c->ptr + c->size, unit) - align_up(c->ptr, unit), want - got);
+    ++used;
+  }
+  // Everything that can fail comes first: three chunks for each (below, above, and the split
+  // between what moves and what does not).
+  room_for_one(donors);
+  donors.reserve(donors.size() + used);
+  std::vector<Chunk*> fresh = fresh_chunks(arena, 3 * used);
+  got = 0;
+  for (size_t i = 0; i < used; ++i) {
+    Chunk* c = candidates[i];
+    const uintptr_t lo = align_up(c->ptr, unit);
+    const uint64_t take = std::min<uint64_t>(align_down(c->ptr + c->size, unit) - lo, want - got);
+    remove_free(arena, c);
+    Chunk* middle = c;
+    if (lo > c->ptr) {
+      middle = split(arena, c, lo - c->ptr, fresh.back());
+      fresh.pop_back();
+      insert_free(arena, c, size_class(c->size));
+    }
+    if (take < middle->size) {
+      Chunk* above = split(arena, middle, take, fresh.back());
+      fresh.pop_back();
+      insert_free(arena, above, size_class(above->size));
+    }
+    middle->in_use = middle->pending = true;  // in transit
+    donors.push_back(Donor{&arena, middle, 0, fresh.back()});
+    fresh.pop_back();
+    got += take;
+  }
+  for (Chunk* c : fresh) delete_chunk(arena, c);
+  if (used) ++arena.pins;  // until return_pages()
+  return got;
+}
+
+uint64_t Pool::take_pages(Arena& own, uint64_t want, std::vector<Donor>& donors) noexcept {
+  std::vector<Arena*> arenas;
+  try {
+    std::lock_guard<SpinLock> lock(mutex_);
+    arenas.reserve(arenas_.size());
+    for (auto& a : arenas_) {
+      std::lock_guard<SpinLock> pin(a->lock);
+      ++a->pins;
+      arenas.push_back(a.get());
+    }
+  } catch (...) {
+    return 0;  // no host memory for the list: growth maps new memory instead
+  }
+  // Other streams' memory first: what their arenas hold beyond their use is what strands memory.
+  std::stable_partition(arenas.begin(), arenas.end(), [&](const Arena* a) { return a != &own; });
+  uint64_t got = 0;
+  for (Arena* a : arenas) {
+    try {
+      poll_fences(*a);
+      if (got < want) got += take_pages_from(*a, want - got, donors);
+      fence_free_pages(*a);  // for a later growth: what is not done yet
+    } catch (...) {
+      // No host memory: what was taken is kept, and the rest is mapped anew.
+    }
+  }
+  for (Arena* a : arenas) unpin(*a);
+  return got;
+}
+
+uint64_t Pool::move_pages(std::vector<Donor>& donors, std::vector<Chunk*>& transit, std::vector<Chunk*>& spares,
+                          std::exception_ptr& failure) {
+  uint64_t left = 0, moved_bytes = 0, moves = 0, lost_bytes = 0;
+  size_t d = 0;
+  for (size_t i = 0; i < transit.size(); ++i) {
+    Chunk* c = transit[i];
+    if (!c->hole) continue;
+    size_t filled = 0;
+    while (!failure && filled < c->size && d < donors.size()) {
+      Donor& from = donors[d];
+      const size_t size = std::min(c->size - filled, from.chunk->size - from.moved);
+      size_t moved = 0, lost = 0;
+      try {
+        ranges_->move(from.chunk->ptr + from.moved, c->ptr + filled, size, moved, lost);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      from.moved += moved;
+      filled += moved - lost;
+      moved_bytes += moved - lost;
+      lost_bytes += lost;
+      moves += moved != 0;
+      if (from.moved == from.chunk->size) ++d;
+    }
+    left += c->size - filled;
+    if (filled == c->size) {
+      c->hole = false;  // in transit, so no other thread reads it
+    } else if (filled) {
+      // The part moved into is mapped, the rest stays a hole in transit, for growth to map.
+      Chunk* rest = split(*c->arena, c, filled, spares.back());
+      spares.pop_back();
+      c->hole = false;
+      transit.insert(transit.begin() + static_cast<std::ptrdiff_t>(i) + 1, rest);
+    }
+  }
+  std::lock_guard<SpinLock> lock(mutex_);
+  moves_ += moves;
+  moved_bytes_ += moved_bytes;
+  stats_.reserved -= lost_bytes;  // unmapped, and mapped nowhere else
+  return left;
+}
+
+void Pool::return_pages(std::vector<Donor>& donors) noexcept {
+  // Donors come grouped by arena, each arena pinned once for all of its own.
+  for (size_t i = 0; i < donors.size(); ++i) {
+    Donor& d = donors[i];
+    Arena& arena = *d.arena;
+    {
+      std::lock_guard<SpinLock> lock(arena.lock);
+      Chunk* c = d.chunk;
+      if (d.moved == 0 || d.moved == c->size) {
+        settle_chunk(arena, c, d.moved != 0);
+        delete_chunk(arena, d.spare);
+      } else {
+        Chunk* rest = split(arena, c, d.moved, d.spare);
+        settle_chunk(arena, c, true);
+        settle_chunk(arena, rest, false);
+      }
+    }
+    if (i + 1 < donors.size() && donors[i + 1].arena == &arena) continue;
+    try {
+      unreserve_empty_ranges(arena);  // a range all of whose memory moved away
+    } catch (...) {
+      // Still listed, as a hole: a later release tries again.
+    }
+    unpin(arena);
+  }
+  donors.clear();
+}
+
+}  // namespace gpumem::pool
