@@ -275,6 +275,47 @@ enum gpumem_stream_reuse {
 GPUMEM_API gpumem_status_t gpumem_pool_set_stream_reuse(gpumem_allocator_t* pool, int32_t reuse);
 
 /**
+ * @brief Sets whether a pool over address ranges reclaims pages: before it maps new memory, it
+ *        moves the whole map units that lie inside free memory of any stream's arena, once the GPU
+ *        is done with them, to where the memory is needed.
+ *
+ * On by default. The GPU is known to be done with freed memory by events the pool records on the
+ * arena's stream and polls; it never waits for them, so memory still in use by queued work stays
+ * where it is and growth maps new memory instead. A pool over an upstream without ranges (any but
+ * a VM allocator or a caller's functions with @c reserve) keeps the setting for nothing.
+ * @param[in] pool The pool.
+ * @param[in] enable 1 to reclaim (the default), 0 not to.
+ * @retval GPUMEM_SUCCESS
+ * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p enable is neither 0 nor 1.
+ * @retval GPUMEM_ERROR_INVALID_HANDLE @p pool is not a live pool.
+ * @par Thread safety
+ * Thread-safe: any thread, concurrently, including on the same handle.
+ * @since 0.4.0
+ */
+GPUMEM_API gpumem_status_t gpumem_pool_set_page_reclaim(gpumem_allocator_t* pool, int32_t enable);
+
+/**
+ * @brief Sets how the device pools (gpumem_pool_get_device(), and so `gpumem_alloc(NULL, ...)` and
+ *        the drop-ins) are built, in the syntax of the `GPUMEM_POOL_CONF` environment variable,
+ *        whose keys it overrides one by one.
+ *
+ * @p config is comma-separated `key:value` pairs (see docs/pool.md, "The device pools"):
+ * `backend` (`vm`: over virtual memory, `classic`: over gpumem_allocator_create_device(), `auto`:
+ * `vm` where the device supports it, the default), `map_unit` and `range_size` (sizes such as
+ * `2MiB`, for the VM backend; by default the device's granularity and its memory), and
+ * `page_reclaim` (`true`, the default, or `false`). It applies to device pools made from now on,
+ * so it must come before the first allocation through a device pool.
+ * @param[in] config The keys to set; NULL or "" sets none (the environment's stand).
+ * @retval GPUMEM_SUCCESS
+ * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p config has an unknown key or a value that key does not take.
+ * @retval GPUMEM_ERROR_BUSY A device pool is made already.
+ * @par Thread safety
+ * Thread-safe: any thread, concurrently, including on the same handle.
+ * @since 0.4.0
+ */
+GPUMEM_API gpumem_status_t gpumem_pool_set_device_config(const char* config);
+
+/**
  * @brief Marks a live allocation of a pool as used on another stream too (PyTorch's
  *        `record_stream`): when it is freed, the pool hands it out again only once the work queued
  *        on that stream until the free has ended, checked by an event, with no host wait.

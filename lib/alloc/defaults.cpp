@@ -4,7 +4,9 @@
 #include <memory>
 #include <vector>
 
+#include "alloc/pool_config.hpp"
 #include "alloc/raw.hpp"
+#include "alloc/vm.hpp"
 #include "driver/device.hpp"
 #include "driver/driver.hpp"
 #include "pool/pool.hpp"
@@ -68,6 +70,22 @@ void run_reclaim(int device, size_t size) {
   for (const Reclaim& c : callbacks) c.fn(device, size, c.user_data);
 }
 
+// Over virtual memory where the device supports it (unless configured otherwise), mapped in units
+// of the device's granularity: with page reclaim, the finest unit strands the least.
+Allocator* device_pool_upstream(int device, const PoolConfig& config) {
+  if (config.backend == PoolConfig::Backend::kClassic) return make_device(device);
+  gpumem_vm_params_t params = GPUMEM_VM_PARAMS_INIT;
+  params.device = device;
+  params.map_unit = config.map_unit;
+  params.range_size = config.range_size;
+  try {
+    return make_vm(params, true);
+  } catch (const Error& e) {
+    if (config.backend == PoolConfig::Backend::kVm || e.status() != GPUMEM_ERROR_NOT_SUPPORTED) throw;
+    return make_device(device);  // auto, on a device or driver without virtual memory management
+  }
+}
+
 }  // namespace
 
 Allocator* current_default() {
@@ -81,12 +99,15 @@ Allocator* device_pool(int device) {
   if (Allocator* pool = slot.load(std::memory_order_acquire)) return pool;
   std::lock_guard<std::mutex> lock(d.mutex);
   if (Allocator* pool = slot.load(std::memory_order_relaxed)) return pool;
-  std::unique_ptr<Allocator> upstream(make_device(device));
-  upstream->make_permanent();
+  const PoolConfig config = device_pool_config();
   const uint64_t limit = pool::limit_from_environment(driver::device_total_memory, device);
+  std::unique_ptr<Allocator> upstream(device_pool_upstream(device, config));
+  upstream->make_permanent();
   auto made = std::make_unique<pool::Pool>(upstream.get(), limit);
   upstream.release();
+  made->set_page_reclaim(config.page_reclaim);
   made->make_permanent();
+  device_pool_made(device);
   slot.store(made.get(), std::memory_order_release);
   return made.release();
 }

@@ -472,7 +472,7 @@ gpumem_vm_info_t VmAllocator::info() {
 
 // ---- Creation ---------------------------------------------------------------------------------
 
-Allocator* make_vm(const gpumem_vm_params_t& params) {
+Allocator* make_vm(const gpumem_vm_params_t& params, bool fine_default) {
   if (params.device < 0)
     fail(GPUMEM_ERROR_INVALID_DEVICE, "params->device is %d; devices are numbered from 0", params.device);
   if (params.map_unit && !power_of_two(params.map_unit))
@@ -522,7 +522,9 @@ Allocator* make_vm(const gpumem_vm_params_t& params) {
          "device %d's allocation granularity is %s bytes (cuMemGetAllocationGranularity), not a power of two of at "
          "least 512",
          device, grouped(granularity).c_str());
-  const size_t unit = params.map_unit ? static_cast<size_t>(params.map_unit) : std::max(kDefaultMapUnit, granularity);
+  const size_t unit = params.map_unit ? static_cast<size_t>(params.map_unit)
+                     : fine_default   ? granularity
+                                      : std::max(kDefaultMapUnit, granularity);
   if (unit % granularity != 0)
     fail(GPUMEM_ERROR_INVALID_ARGUMENT,
          "params->map_unit is %s bytes, not a multiple of device %d's allocation granularity (%s bytes)",

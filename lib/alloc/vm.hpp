@@ -98,7 +98,8 @@ class VmAllocator final : public RawAllocator, public Ranges {
 };
 
 // Checks the parameters (those that need no driver first), resolves the defaults and makes the
-// allocator; a failure makes nothing.
-Allocator* make_vm(const gpumem_vm_params_t& params);
+// allocator; a failure makes nothing. A map_unit of 0 is 32 MiB, or with fine_default the device's
+// granularity (the device pools').
+Allocator* make_vm(const gpumem_vm_params_t& params, bool fine_default = false);
 
 }  // namespace gpumem::alloc

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "alloc/defaults.hpp"
+#include "alloc/pool_config.hpp"
 #include "capi/guard.hpp"
 #include "driver/device.hpp"
 #include "pool/pool.hpp"
@@ -123,6 +124,18 @@ GPUMEM_API gpumem_status_t gpumem_pool_set_stream_reuse(gpumem_allocator_t* pool
                         : reuse == GPUMEM_STREAM_REUSE_FENCE ? gpumem::pool::StreamReuse::kFenceWait
                                                              : gpumem::pool::StreamReuse::kHostWait);
   });
+}
+
+GPUMEM_API gpumem_status_t gpumem_pool_set_page_reclaim(gpumem_allocator_t* pool, int32_t enable) {
+  return guard([&] {
+    Pool* p = pool_from(pool);
+    if (enable != 0 && enable != 1) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "enable is %d; pass 1 or 0", enable);
+    p->set_page_reclaim(enable == 1);
+  });
+}
+
+GPUMEM_API gpumem_status_t gpumem_pool_set_device_config(const char* config) {
+  return guard([&] { gpumem::alloc::set_device_pool_config(config); });
 }
 
 GPUMEM_API gpumem_status_t gpumem_pool_record_stream(gpumem_allocator_t* pool, void* ptr, gpumem_stream_t stream) {

@@ -1273,6 +1273,7 @@ static gpumem_status_t call_pool_set_limit_fraction(void* h) { return gpumem_poo
 static gpumem_status_t call_pool_set_stream_reuse(void* h) {
   return gpumem_pool_set_stream_reuse(h, GPUMEM_STREAM_REUSE_NEVER);
 }
+static gpumem_status_t call_pool_set_page_reclaim(void* h) { return gpumem_pool_set_page_reclaim(h, 1); }
 static gpumem_status_t call_pool_record_stream(void* h) {
   static char bytes[64];
   return gpumem_pool_record_stream(h, bytes, (gpumem_stream_t)0x10);
@@ -1331,6 +1332,25 @@ static void bad_pool_set_stream_reuse(void) {
     REFUSED(gpumem_pool_set_stream_reuse(g_pool, reuse[i]), GPUMEM_ERROR_INVALID_ARGUMENT, "stream reuse");
   BAD_HANDLES(kAllocator, call_pool_set_stream_reuse, true);
   NOT_A_POOL(call_pool_set_stream_reuse);
+}
+
+static void bad_pool_set_page_reclaim(void) {
+  const int32_t enable[] = {-1, 2, INT32_MIN, INT32_MAX};
+  for (size_t i = 0; i < sizeof enable / sizeof enable[0]; ++i)
+    REFUSED(gpumem_pool_set_page_reclaim(g_pool, enable[i]), GPUMEM_ERROR_INVALID_ARGUMENT, "pass 1 or 0");
+  BAD_HANDLES(kAllocator, call_pool_set_page_reclaim, true);
+  NOT_A_POOL(call_pool_set_page_reclaim);
+}
+
+/* Refused before anything is kept, whether or not a device pool is made already. */
+static void bad_pool_set_device_config(void) {
+  REFUSED(gpumem_pool_set_device_config("colour:red"), GPUMEM_ERROR_INVALID_ARGUMENT, "unknown key \"colour\"");
+  REFUSED(gpumem_pool_set_device_config("backend"), GPUMEM_ERROR_INVALID_ARGUMENT, "is not key:value");
+  REFUSED(gpumem_pool_set_device_config("backend:gpu"), GPUMEM_ERROR_INVALID_ARGUMENT, "is not vm, classic or auto");
+  REFUSED(gpumem_pool_set_device_config("map_unit:lots"), GPUMEM_ERROR_INVALID_ARGUMENT, "map_unit");
+  REFUSED(gpumem_pool_set_device_config("map_unit:50%"), GPUMEM_ERROR_INVALID_ARGUMENT, "percentage");
+  REFUSED(gpumem_pool_set_device_config("backend:vm,page_reclaim:yes"), GPUMEM_ERROR_INVALID_ARGUMENT,
+          "is not true or false");
 }
 
 static void bad_pool_record_stream(void) {
@@ -1850,8 +1870,10 @@ static const entry_t kTable[] = {
     ENTRY(pool_params_init),
     ENTRY(pool_record_stream),
     ENTRY(pool_release),
+    ENTRY(pool_set_device_config),
     ENTRY(pool_set_limit),
     ENTRY(pool_set_limit_fraction),
+    ENTRY(pool_set_page_reclaim),
     ENTRY(pool_set_stream_reuse),
     ENTRY(pool_snapshot),
     ENTRY(pool_snapshot_json),

@@ -23,6 +23,7 @@ from .allocator import (
     VmAllocator,
     VmInfo,
     device_pool,
+    set_device_pool_config,
 )
 from .array import Array, ArrayDesc, Format
 from .defaults import (
@@ -140,6 +141,7 @@ __all__ = [
     "VmAllocator",
     "VmInfo",
     "device_pool",
+    "set_device_pool_config",
     "Array",
     "ArrayDesc",
     "Format",

@@ -95,6 +95,8 @@ TABLE = [
     ("gpumem_pool_set_limit", [_p, c_uint64], _status),
     ("gpumem_pool_set_limit_fraction", [_p, c_double], _status),
     ("gpumem_pool_set_stream_reuse", [_p, c_int32], _status),
+    ("gpumem_pool_set_page_reclaim", [_p, c_int32], _status),
+    ("gpumem_pool_set_device_config", [c_char_p], _status),
     ("gpumem_pool_record_stream", [_p, _p, _p], _status),
     ("gpumem_reclaim_add", [t.reclaim_fn, _p, POINTER(c_uint64)], _status),
     ("gpumem_reclaim_remove", [c_uint64], _status),

@@ -501,6 +501,11 @@ class Pool(Allocator):
         """Sets whether the pool lends free memory across streams, as a StreamReuse."""
         library().gpumem_pool_set_stream_reuse(self._handle, int(reuse))
 
+    def set_page_reclaim(self, enable):
+        """Sets whether the pool, over address ranges, moves the whole free units of any stream's
+        arena to where memory is needed before it maps new memory (on by default)."""
+        library().gpumem_pool_set_page_reclaim(self._handle, 1 if enable else 0)
+
     def record_stream(self, memory, stream):
         """Marks a live allocation (a Buffer or an address) as used on another stream too, so that
         once freed it is handed out again only after that stream's work up to the free (PyTorch's
@@ -580,6 +585,12 @@ class VmAllocator(Allocator):
         info = _types.new(_types.VmInfo)
         library().gpumem_vm_get_info(self._handle, ctypes.byref(info))
         return _from_struct(VmInfo, info)
+
+
+def set_device_pool_config(config):
+    """Sets how the device pools not made yet are built, in the syntax of GPUMEM_POOL_CONF
+    ("backend:classic", "backend:vm,map_unit:2MiB,page_reclaim:false"); Busy once one is made."""
+    library().gpumem_pool_set_device_config(config.encode() if config is not None else None)
 
 
 def device_pool(device=0):

@@ -751,6 +751,10 @@ gpumem_pool_set_limit_fraction(pool, fraction) =
           fraction)
 gpumem_pool_set_stream_reuse(pool, reuse) =
     ccall(@sym(:gpumem_pool_set_stream_reuse), gpumem_status_t, (Ptr{gpumem_allocator_t}, Int32), pool, reuse)
+gpumem_pool_set_page_reclaim(pool, enable) =
+    ccall(@sym(:gpumem_pool_set_page_reclaim), gpumem_status_t, (Ptr{gpumem_allocator_t}, Int32), pool, enable)
+gpumem_pool_set_device_config(config) =
+    ccall(@sym(:gpumem_pool_set_device_config), gpumem_status_t, (Cstring,), config)
 gpumem_pool_record_stream(pool, ptr, stream) =
     ccall(@sym(:gpumem_pool_record_stream), gpumem_status_t, (Ptr{gpumem_allocator_t}, Ptr{Cvoid}, gpumem_stream_t),
           pool, ptr, stream)
