@@ -72,12 +72,12 @@ Pool::Chunk* Pool::settle_chunk(Arena& arena, Chunk* c, bool hole) {
   const auto same = [hole](const Chunk* n) { return n && !n->in_use && n->hole == hole; };
   const auto unlist = [&](Chunk* n) { hole ? remove_hole(arena, n) : remove_free(arena, n); };
   // A merged chunk is as recently used as the most recent of its parts.
-  if (Chunk* n = c->next; same(n)) {
+  for (Chunk* n = c->next; same(n); n = c->next) {
     unlist(n);
     c->freed_seq = std::max(c->freed_seq, n->freed_seq);
     absorb(arena, c, n);
   }
-  if (Chunk* pv = c->prev; same(pv)) {
+  for (Chunk* pv = c->prev; same(pv); pv = c->prev) {
     unlist(pv);
     pv->freed_seq = std::max(pv->freed_seq, c->freed_seq);
     absorb(arena, pv, c);
@@ -338,6 +338,7 @@ uint64_t Pool::unmap_free(Arena& arena) {
   std::vector<Chunk*> fresh;     // one for each part, to split it where an unmap stopped
   {
     std::lock_guard<SpinLock> lock(arena.lock);
+    merge_deferred(arena);
     std::vector<Chunk*> candidates;
     candidates.reserve(arena.free_blocks);
     for (int w = 0; w < kWords; ++w)

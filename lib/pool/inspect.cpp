@@ -58,6 +58,7 @@ Info Pool::info() {
   locks.reserve(arenas_.size());
   for (auto& a : arenas_) {
     locks.emplace_back(a->lock);
+    merge_deferred(*a);  // what is reported is what merging leaves
     i.used += a->in_use;
     i.free += a->free_bytes;
     i.free_blocks += a->free_blocks;
@@ -73,6 +74,7 @@ std::vector<BlockInfo> Pool::snapshot() {
   size_t chunks = 0;
   for (auto& a : arenas_) {
     locks.emplace_back(a->lock);
+    merge_deferred(*a);
     chunks += a->chunks.size();
   }
   out.reserve(chunks);
@@ -173,6 +175,17 @@ void Pool::check_invariants() {
     for (int w = 0; w < kWords; ++w)
       if (bool(arena->words[w]) != bool(arena->summary >> w & 1)) broken("the summary bitmap disagrees");
     if (blocks != arena->free_blocks || bytes_free != arena->free_bytes) broken("an arena's free counts are wrong");
+    uint64_t deferred = 0, flagged = 0;
+    for (Chunk* c = arena->deferred; c; c = c->defer_next) {
+      if (!c->deferred || c->in_use || c->hole) broken("a chunk in the deferred list is not a deferred free chunk");
+      if (c->defer_next && c->defer_next->defer_prev != c) broken("the deferred list's back link is wrong");
+      if (++deferred > blocks) broken("the deferred list is longer than the free lists");
+    }
+    for (int cls = 0; cls < kClasses; ++cls)
+      for (Chunk* c = arena->heads[cls]; c; c = c->free_next) flagged += c->deferred;
+    if (flagged != deferred) broken("a free chunk marked deferred is not in the deferred list");
+    if (deferred != arena->deferred_count || (deferred == 0) != (arena->deferred_last == nullptr))
+      broken("the deferred list's count or end is wrong");
     uint64_t holes = 0;
     for (Chunk* h = arena->holes; h; h = h->free_next) {
       if (!ranges_) broken("a pool without ranges has a hole");
@@ -224,7 +237,8 @@ void Pool::check_invariants() {
         if (c->next) {
           if (c->next->prev != c) broken("a block's back link is wrong");
           if (c->ptr + c->size != c->next->ptr) broken("neighbours in a block are not contiguous");
-          if (!c->in_use && !c->next->in_use && c->hole == c->next->hole) broken("two free neighbours were not merged");
+          if (!c->in_use && !c->next->in_use && c->hole == c->next->hole && !c->deferred && !c->next->deferred)
+            broken("two free neighbours were not merged");
           if (c->next->arena != c->arena) broken("a block spans two arenas");
         }
       }

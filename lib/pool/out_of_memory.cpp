@@ -24,6 +24,7 @@ void Pool::set_reclaim_runner(ReclaimRunner runner) { reclaim_runner.store(runne
 void* Pool::take_or_grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, std::string& why) {
   {
     std::lock_guard<SpinLock> lock(arena.lock);
+    merge_deferred(arena);
     if (Chunk* c = take(arena, rounded)) return hand_out(c, size, stream);
   }
   bool over_limit = false;
@@ -71,6 +72,7 @@ void* Pool::after_out_of_memory(Arena& arena, size_t size, size_t rounded, gpume
 void* Pool::take_own_or_across(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream) {
   {
     std::lock_guard<SpinLock> lock(arena.lock);
+    merge_deferred(arena);
     if (Chunk* c = take(arena, rounded)) return hand_out(c, size, stream);
   }
   return take_block_across(arena, rounded, size, stream);
@@ -207,6 +209,7 @@ void Pool::fail_out_of_memory(size_t size, size_t rounded, const std::string& wh
 }
 
 void Pool::collect_whole_blocks(Arena& arena, std::vector<Block>& out) {
+  merge_deferred(arena);
   out.reserve(out.size() + arena.free_blocks);  // so that nothing below can throw half way
   for (int w = 0; w < kWords; ++w) {
     for (uint64_t bits = arena.words[w]; bits; bits &= bits - 1) {

@@ -19,6 +19,9 @@ constexpr uint64_t kPublishSlack = uint64_t{16} << 20;
 // The thread's identity for last_publisher_.
 thread_local char publisher_tag;
 
+// Frees an arena keeps unmerged (see Pool::merge_deferred).
+constexpr uint32_t kDeferred = 2;
+
 // Chunk objects come in slabs, the first small (most streams need few), doubling up to kMaxSlab.
 constexpr size_t kFirstSlab = 16, kMaxSlab = 256;
 
@@ -93,6 +96,12 @@ void Pool::insert_free(Arena& arena, Chunk* c, int cls) {
 }
 
 void Pool::remove_free(Arena& arena, Chunk* c) {
+  if (c->deferred) {
+    c->deferred = false;
+    (c->defer_prev ? c->defer_prev->defer_next : arena.deferred) = c->defer_next;
+    (c->defer_next ? c->defer_next->defer_prev : arena.deferred_last) = c->defer_prev;
+    --arena.deferred_count;
+  }
   const int cls = c->cls;
   if (c->free_prev) {
     c->free_prev->free_next = c->free_next;
@@ -329,7 +338,9 @@ void Pool::do_deallocate(void* p, gpumem_stream_t stream) {
   // Handed out across streams. Never so on the per-thread stream, which only its arena uses.
   const bool foreign_alloc = order_ && c->stream != GPUMEM_STREAM_PER_THREAD && stream_key(c->stream) != arena.key();
   if (!foreign_free && !foreign_alloc && !(order_ && c->uses)) {
-    finish_free(c, false);
+    // Over ranges every allocation splits what is free: deferred, a size freed and asked for again
+    // costs what a block of its own size would. Blocks of their own sizes need no deferral.
+    finish_free(c, false, ranges_ != nullptr);
     return;
   }
   std::vector<gpumem_stream_t> others;  // streams whose work may still use the memory
@@ -368,7 +379,7 @@ void Pool::absorb(Arena& arena, Chunk* keep, Chunk* gone) {
   delete_chunk(arena, gone);
 }
 
-void Pool::finish_free(Chunk* c, bool undo) {
+void Pool::finish_free(Chunk* c, bool undo, bool defer) {
   Arena& arena = *c->arena;
   if (!c->pending) {
     on_free(arena, c->size, c->requested);
@@ -381,21 +392,52 @@ void Pool::finish_free(Chunk* c, bool undo) {
   c->uses = nullptr;
   c->in_use = false;
   c->pending = false;
-  bool merged = false;
-  if (Chunk* n = c->next; n && !n->in_use && !n->hole) {
-    merged = true;
-    remove_free(arena, n);
-    absorb(arena, c, n);
-  }
-  if (Chunk* pv = c->prev; pv && !pv->in_use && !pv->hole) {
-    merged = true;
-    remove_free(arena, pv);
-    absorb(arena, pv, c);
-    c = pv;
+  if (defer) {
+    c->freed_at = arena.allocs;
+    c->freed_seq = ++arena.free_seq;
+    insert_free(arena, c, c->cls);
+    c->deferred = true;
+    c->defer_prev = nullptr;
+    c->defer_next = arena.deferred;
+    (c->defer_next ? c->defer_next->defer_prev : arena.deferred_last) = c;
+    arena.deferred = c;
+    // Only the last few stay unmerged: enough for a size freed and asked for again, few enough
+    // that best fit still sees the merged memory (more left the replays' peaks measurably higher).
+    if (++arena.deferred_count > kDeferred) merge_one(arena, arena.deferred_last);
+    return;
   }
   c->freed_at = arena.allocs;
   c->freed_seq = ++arena.free_seq;
-  insert_free(arena, c, merged ? size_class(c->size) : c->cls);
+  merge_and_list(arena, c);
+}
+
+void Pool::merge_deferred(Arena& arena) {
+  while (arena.deferred) merge_one(arena, arena.deferred);
+}
+
+void Pool::merge_one(Arena& arena, Chunk* c) {
+  remove_free(arena, c);  // and out of the deferred list
+  merge_and_list(arena, c);
+}
+
+Pool::Chunk* Pool::merge_and_list(Arena& arena, Chunk* c) {
+  // Every free neighbour on either side (deferred ones may follow one another); the whole is as
+  // recently used as the most recent of its parts.
+  for (Chunk* n = c->next; n && !n->in_use && !n->hole; n = c->next) {
+    remove_free(arena, n);
+    c->freed_at = std::max(c->freed_at, n->freed_at);
+    c->freed_seq = std::max(c->freed_seq, n->freed_seq);
+    absorb(arena, c, n);
+  }
+  for (Chunk* pv = c->prev; pv && !pv->in_use && !pv->hole; pv = c->prev) {
+    remove_free(arena, pv);
+    pv->freed_at = std::max(pv->freed_at, c->freed_at);
+    pv->freed_seq = std::max(pv->freed_seq, c->freed_seq);
+    absorb(arena, pv, c);
+    c = pv;
+  }
+  insert_free(arena, c, size_class(c->size));
+  return c;
 }
 
 void Pool::sizes_of(void* p, size_t& size, size_t& mem_size) {

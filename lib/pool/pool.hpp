@@ -152,7 +152,16 @@ class Pool final : public alloc::Allocator {
   void* hand_out(Chunk* chunk, size_t size, gpumem_stream_t stream);  // under its arena's lock
   // Puts a chunk that was in use into its arena's free lists, merging it with free neighbours;
   // undo takes back a hand_out that did not reach the caller. Under the arena's lock; cannot fail.
-  void finish_free(Chunk* chunk, bool undo);
+  void finish_free(Chunk* chunk, bool undo, bool defer = false);
+  // A free on the fast path is deferred: listed at its own size without merging, so that a
+  // request of the same size takes it back whole, as from blocks of exact sizes, instead of
+  // splitting it off its neighbour again; the oldest of more than a few is merged. Whoever looks for more than one chunk's worth (the slow
+  // path, lending, returning or moving memory) merges the arena's deferred chunks first. Under
+  // the arena's lock.
+  void merge_deferred(Arena& arena);
+  void merge_one(Arena& arena, Chunk* deferred);  // merges one deferred chunk with its free neighbours
+  // Merges c, free and in no list, with every free neighbour and lists the whole; returns it.
+  Chunk* merge_and_list(Arena& arena, Chunk* c);
   // keep, under its arena's lock, takes in its next neighbour gone, which leaves the segment.
   void absorb(Arena& arena, Chunk* keep, Chunk* gone);
   // Moves pending frees whose fences have completed to the free lists; with wait, the host waits

@@ -69,6 +69,9 @@ struct Pool::Chunk {
   bool in_use;                         // handed out, or freed and pending: never merged
   bool pending;                        // freed, waiting for fences in pending_frees_; or in transit
   bool hole;                           // addresses with nothing mapped (over ranges): in the holes list
+  bool deferred;                       // free, not merged with its free neighbours yet: in the arena's deferred list
+  Chunk* defer_prev;                   // in that list
+  Chunk* defer_next;
   uint64_t freed_at;                   // free: its arena's allocation count when it was freed
   uint64_t freed_seq;                  // free: its arena's free_seq when it was last freed into (0: never used)
 };
@@ -110,6 +113,9 @@ struct alignas(64) Pool::Arena {
   uint64_t free_blocks = 0;
   uint64_t free_bytes = 0;
   Chunk* holes = nullptr;             // over ranges: the chunks of unmapped addresses, in no order
+  Chunk* deferred = nullptr;          // chunks freed without merging, newest first (see Pool::merge_deferred)
+  Chunk* deferred_last = nullptr;     // the oldest of them
+  uint32_t deferred_count = 0;
   bool unfenceable = false;           // recording on its stream failed (destroyed by its owner): lend nothing
   uint64_t allocs_seen = kNeverSeen;  // allocs when another stream last looked for a block to take
   // Every chunk of the arena's blocks, free or in use, by address: a chunk enters when a block

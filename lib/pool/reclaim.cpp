@@ -84,6 +84,7 @@ void Pool::fence_free_pages(Arena& arena) {
 uint64_t Pool::take_pages_from(Arena& arena, uint64_t want, std::vector<Donor>& donors) {
   const size_t unit = ranges_->unit();
   std::lock_guard<SpinLock> lock(arena.lock);
+  merge_deferred(arena);
   std::vector<Chunk*> candidates;
   // Only chunks of a unit or more can hold a whole unit: from the unit's class up.
   for (int cls = arena.find_from(size_class(unit)); cls >= 0; cls = arena.find_from(cls + 1)) {

@@ -110,6 +110,7 @@ void* Pool::take_block_across(Arena& own, size_t rounded, size_t size, gpumem_st
     std::lock_guard<SpinLock> lock(other->lock);
     // Again under the lock: the arena may have been retired and reused for another stream since.
     if (other->unfenceable || other->retired || !may_lend(*other, own, stream)) continue;
+    merge_deferred(*other);
     // A busy stream that frees a block often takes it again at once: taking its only fitting
     // block would make it take one back in turn, each time through a fence. So a block is taken
     // from a stream seen for the first time, or idle since last seen (no allocation), or that
@@ -187,6 +188,7 @@ void* Pool::take_across(Arena& own, size_t rounded, size_t size, gpumem_stream_t
     std::lock_guard<SpinLock> lock(other->lock);
     // Again under the lock: the arena may have been retired and reused for another stream since.
     if (other->unfenceable || other->retired || !may_lend(*other, own, stream)) continue;
+    merge_deferred(*other);
     if ((c = take(*other, rounded))) {
       source = other;
       p = hand_out(c, size, stream);
