@@ -14,7 +14,9 @@ before CUDA is initialised:
     gpumem pool       a gpumem pool over cuMemAlloc made device 0's default allocator, which
                       libgpumem's gpumem_torch_alloc and gpumem_torch_free serve PyTorch from
                       (gpumem.torch.install(), through CUDAPluggableAllocator)
-    gpumem pool vm    the same over virtual memory, segments growing in place
+    gpumem pool vm    the same over virtual memory, segments growing in place (32 MiB units)
+    gpumem default    the device pool as gpumem makes it (gpumem_pool_get_device): over virtual
+                      memory in units of the device's granularity, with page reclaim
 
 Each process prints one `DROPIN <run> <config> key=value ...` line; this script prints them as they
 come and a table at the end. The gpumem configurations load the Python package from
@@ -33,6 +35,7 @@ CONFIGS = {  # id: (label, environment, gpumem's upstream or None for PyTorch's 
     "torch_expandable": ("torch expandable", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, None),
     "gpumem_pool": ("gpumem pool", {}, "device"),
     "gpumem_pool_vm": ("gpumem pool vm", {}, "vm"),
+    "gpumem_default": ("gpumem default", {}, "default"),
 }
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bindings", "python")
 RUNS = ("gpt", "resnet")
@@ -89,8 +92,11 @@ def child(run, cfg, steps):
         import gpumem
         import gpumem.torch
 
-        pool = gpumem.Pool(gpumem.Allocator.vm(0) if upstream == "vm" else gpumem.Allocator.device(0))
-        gpumem.library().gpumem_allocator_set_default(0, pool.handle)  # what gpumem_torch_alloc serves from
+        if upstream == "default":  # the device pool as it comes: over virtual memory, with page reclaim
+            pool = gpumem.device_pool(0)
+        else:
+            pool = gpumem.Pool(gpumem.Allocator.vm(0) if upstream == "vm" else gpumem.Allocator.device(0))
+            gpumem.library().gpumem_allocator_set_default(0, pool.handle)  # what gpumem_torch_alloc serves from
         gpumem.torch.install()
 
     def allocator_peaks():  # (peak reserved, peak live)

@@ -151,9 +151,11 @@ uint64_t Pool::take_pages(Arena& own, uint64_t want, std::vector<Donor>& donors)
   uint64_t got = 0;
   for (Arena* a : arenas) {
     try {
+      // A fence for what was freed since the last, then every fence that completed: on a GPU that
+      // has caught up, the one just recorded may be among them already.
+      fence_free_pages(*a);
       poll_fences(*a);
       if (got < want) got += take_pages_from(*a, want - got, donors);
-      fence_free_pages(*a);  // for a later growth: what is not done yet
     } catch (...) {
       // No host memory: what was taken is kept, and the rest is mapped anew.
     }

@@ -173,6 +173,10 @@ void* Pool::take_block_across(Arena& own, size_t rounded, size_t size, gpumem_st
   }
   std::lock_guard<SpinLock> lock(own.lock);
   n->in_use = n->pending = false;
+  // Freed anew in this arena, as far as page reclaim goes: the source stream's work on it is done
+  // once this stream's, which waits for it, is.
+  n->freed_at = own.allocs;
+  n->freed_seq = ++own.free_seq;
   insert_free(own, n, size_class(n->size));
   Chunk* taken = take(own, rounded);  // the block fits, so only a failure to split leaves it cached
   return hand_out(taken, size, stream);
