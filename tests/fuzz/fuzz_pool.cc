@@ -3,7 +3,9 @@
 // (live blocks, the upstream blocks each pool holds, the statistics it must report) and against
 // the pool's own walk of its structures (Pool::check_invariants, reached by linking the library's
 // objects). Built as a libFuzzer target with clang, and as a deterministic replay under CTest
-// otherwise (GPUMEM_FUZZ_REPLAY), so every build runs the same checks.
+// otherwise (GPUMEM_FUZZ_REPLAY), so every build runs the same checks. Pools over address ranges
+// (segments grown in place, page reclaim, fences completed by the input) have their own fuzzer,
+// fuzz_pool_ranges.cc.
 #include <algorithm>
 #include <cinttypes>
 #include <cstdarg>

@@ -671,16 +671,17 @@ void op_alloc(Harness& h, Input& in) {
   h.requested += size;
   ++h.order.queued[u];  // a kernel on the stream uses it
 
-  // Page reclaim without a stream order: growth that mapped new memory took every whole free unit
-  // of its own arena first (other arenas' only once cold), so the only one left mapped there is in
-  // what follows the new block in its region.
+  // Page reclaim without a stream order: growth that mapped new memory first took every whole free
+  // unit of every arena, so the only one left mapped is in what follows the new block in its region.
+  // (A policy that keeps other streams' recent frees where they are would limit this to the
+  // growing arena's free chunks: those whose stream is u.)
   if (!h.ordered && h.reclaim && h.grown && h.fired.empty() && stats_of(h.pool).retry_count == retries) {
     for (const gpumem::pool::BlockInfo& b : h.internals->snapshot())
-      CHECK(b.state != GPUMEM_BLOCK_FREE || id_of(b.stream) != u ||
-                align_up(b.address, unit) + unit > b.address + b.size || b.address == ptr + rounded,
-            "growth for %zu bytes mapped %" PRIu64 " new bytes and left the free chunk at %#" PRIxPTR
-            " (%zu bytes, whole units in it) of its own arena mapped",
-            size, h.grown, b.address, b.size);
+      CHECK(b.state != GPUMEM_BLOCK_FREE || align_up(b.address, unit) + unit > b.address + b.size ||
+                b.address == ptr + rounded,
+            "growth for %zu bytes on stream %d mapped %" PRIu64 " new bytes and left the free chunk at %#" PRIxPTR
+            " (%zu bytes, whole units in it, stream %d's arena) mapped",
+            size, u, h.grown, b.address, b.size, id_of(b.stream));
     ++g_reached.reclaim_checks;
   }
 }

@@ -235,6 +235,8 @@ static int teardown(void** state) {
  * there comes with them. */
 static void test_pool_reclaim_gpu_busy_pages_are_never_taken(void** state) {
   struct fixture* f = open_fixture(state, 0);
+  /* No lending in place: a request of a unit or more would borrow a's memory behind a fence. */
+  assert_ok(gpumem_pool_set_stream_reuse(f->pool, GPUMEM_STREAM_REUSE_NEVER));
   const size_t size = 16 * MiB; /* 8 units */
   const unsigned char value = 0x5a;
 
@@ -289,6 +291,7 @@ static void test_pool_reclaim_gpu_busy_pages_are_never_taken(void** state) {
  * the gaps held, and mapping the gaps again, between the live blocks, leaves those intact too. */
 static void test_pool_reclaim_gpu_bytes_intact_across_reclaim_and_remap(void** state) {
   struct fixture* f = open_fixture(state, 0);
+  assert_ok(gpumem_pool_set_stream_reuse(f->pool, GPUMEM_STREAM_REUSE_NEVER)); /* moved, not lent */
   enum { LIVE = 4, GAPS = LIVE - 1 };
   const size_t live_size = 5 * MiB + 4096, gap_size = 6 * MiB;
   const unsigned char gap_value = 0xc3;
@@ -312,12 +315,14 @@ static void test_pool_reclaim_gpu_bytes_intact_across_reclaim_and_remap(void** s
   for (unsigned i = 0; i < LIVE; i++) write_pattern(live[i], live_size, 10 + i);
   for (unsigned i = 0; i < GAPS; i++) assert_ok(gpumem_memset(gap[i], gap_value, 1, gap_size));
   assert_int_equal(device_synchronize(), 0);
+  hold(f, f->a, 10000); /* a is busy until the gate opens: its fence cannot complete before */
   for (unsigned i = 0; i < GAPS; i++) assert_ok(gpumem_free(f->pool, gap[i], f->a));
   const uint64_t before = reserved_of(f->pool);
 
-  /* The first growth on b finds no fence on a yet (it records one): new memory. */
+  /* The first growth on b records a fence on a, which is not done: new memory. */
   void* first = alloc_on(f->pool, big, f->b);
   assert_int_equal(reserved_of(f->pool), before + big);
+  open_gate(f);
   test_stream_sync(f->a);
   /* The second finds a's fence complete: the gaps' units move, nothing is mapped anew. */
   void* second = alloc_on(f->pool, big, f->b);
@@ -420,6 +425,8 @@ static void test_pool_reclaim_gpu_block_taken_across_stays_busy(void** state) {
   void* y = alloc_on(f->pool, half, f->b);
   assert_ptr_equal(y, x); /* the premise: b took a's whole block */
   assert_int_equal(reserved_of(f->pool), range);
+  /* c may not borrow a's half in place behind a fence: growth must leave it where it is. */
+  assert_ok(gpumem_pool_set_stream_reuse(f->pool, GPUMEM_STREAM_REUSE_NEVER));
   void* z = alloc_on(f->pool, half, f->c);
   assert_int_equal(stream_query(f->a), TEST_CUDA_ERROR_NOT_READY);
   /* The rest of a's block stayed; c's memory is new. */
