@@ -1,4 +1,5 @@
-// The pool fuzzer over address ranges: random sequences of pool operations on a pool whose
+// The pool fuzzer over address ranges (one file of about a thousand lines: the decoder, the shadow
+// model and its checks read as one, and a fuzz target is one translation unit): random sequences of pool operations on a pool whose
 // segments grow in place over a caller's functions allocator (reserve, unreserve, map and unmap
 // callbacks over host memory reserved with mmap, or over bookkeeping alone), with page reclaim on
 // or off. Two kinds of pool: one made through the C API (no stream order: memory is done once

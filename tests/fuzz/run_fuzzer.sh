@@ -19,7 +19,7 @@ seconds=${1:-60}
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${GPUMEM_FUZZ_BUILD_DIR:-$root/build/fuzz}
-fuzzers="pool trace_reader rmm_csv"
+fuzzers="pool pool_ranges trace_reader rmm_csv"
 each=$((seconds / 3))
 [ "$each" -ge 1 ] || each=1
 
@@ -32,7 +32,7 @@ cmake -S "$root" -B "$build" -G Ninja \
   -DGPUMEM_BUILD_TOOLS=OFF -DGPUMEM_BUILD_DOCS=OFF -DGPUMEM_BUILD_BENCH=OFF -DGPUMEM_COPY_KERNELS=OFF \
   >"$build/configure.log" 2>&1 ||
   { cat "$build/configure.log"; exit 1; }
-cmake --build "$build" --target fuzz_pool fuzz_trace_reader fuzz_rmm_csv >"$build/build.log" 2>&1 ||
+cmake --build "$build" --target fuzz_pool fuzz_pool_ranges fuzz_trace_reader fuzz_rmm_csv >"$build/build.log" 2>&1 ||
   { tail -n 40 "$build/build.log"; exit 1; }
 
 artifacts=$build/fuzz_artifacts
