@@ -65,6 +65,23 @@ Pool::Chunk* Pool::split(Arena& arena, Chunk* c, size_t offset, Chunk* fresh) {
   return upper;
 }
 
+Pool::Chunk* Pool::cut_out(Arena& arena, Chunk* c, uintptr_t lo, uintptr_t hi, std::vector<Chunk*>& fresh) {
+  remove_free(arena, c);
+  Chunk* middle = c;
+  if (lo > c->ptr) {
+    middle = split(arena, c, lo - c->ptr, fresh.back());
+    fresh.pop_back();
+    insert_free(arena, c, size_class(c->size));
+  }
+  if (hi < middle->ptr + middle->size) {
+    Chunk* above = split(arena, middle, hi - middle->ptr, fresh.back());
+    fresh.pop_back();
+    insert_free(arena, above, size_class(above->size));
+  }
+  middle->in_use = middle->pending = true;  // in transit
+  return middle;
+}
+
 Pool::Chunk* Pool::settle_chunk(Arena& arena, Chunk* c, bool hole) {
   c->in_use = c->pending = false;
   c->hole = hole;
@@ -349,20 +366,7 @@ uint64_t Pool::unmap_free(Arena& arena) {
     unmapped.resize(candidates.size());
     fresh = fresh_chunks(arena, 3 * candidates.size());
     for (Chunk* c : candidates) {
-      const uintptr_t lo = align_up(c->ptr, unit), hi = align_down(c->ptr + c->size, unit);
-      remove_free(arena, c);
-      Chunk* middle = c;
-      if (lo > c->ptr) {
-        middle = split(arena, c, lo - c->ptr, fresh.back());
-        fresh.pop_back();
-        insert_free(arena, c, size_class(c->size));
-      }
-      if (hi < middle->ptr + middle->size) {
-        Chunk* above = split(arena, middle, hi - middle->ptr, fresh.back());
-        fresh.pop_back();
-        insert_free(arena, above, size_class(above->size));
-      }
-      middle->in_use = middle->pending = true;  // in transit
+      Chunk* middle = cut_out(arena, c, align_up(c->ptr, unit), align_down(c->ptr + c->size, unit), fresh);
       parts.push_back(middle);
     }
   }

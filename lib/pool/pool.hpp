@@ -232,6 +232,9 @@ class Pool final : public alloc::Allocator {
   // Splits c at offset into fresh, which becomes the upper part: registered and linked, with c's
   // flags and in no list. The chunk map must have room (reserved).
   Chunk* split(Arena& arena, Chunk* c, size_t offset, Chunk* fresh);
+  // Takes [lo, hi) out of free chunk c into transit, what lies around it listed free again; uses up
+  // to two of fresh (popped from the back). Under the arena's lock. Returns the part in transit.
+  Chunk* cut_out(Arena& arena, Chunk* c, uintptr_t lo, uintptr_t hi, std::vector<Chunk*>& fresh);
   // Fresh chunk objects for splits, taken before any change; returned with delete_chunk.
   std::vector<Chunk*> fresh_chunks(Arena& arena, size_t count);
   // Under the arena's lock: makes a chunk that was in transit free (mapped) or a hole, merging it

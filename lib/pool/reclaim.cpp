@@ -111,19 +111,7 @@ uint64_t Pool::take_pages_from(Arena& arena, uint64_t want, std::vector<Donor>& 
     Chunk* c = candidates[i];
     const uintptr_t lo = align_up(c->ptr, unit);
     const uint64_t take = std::min<uint64_t>(align_down(c->ptr + c->size, unit) - lo, want - got);
-    remove_free(arena, c);
-    Chunk* middle = c;
-    if (lo > c->ptr) {
-      middle = split(arena, c, lo - c->ptr, fresh.back());
-      fresh.pop_back();
-      insert_free(arena, c, size_class(c->size));
-    }
-    if (take < middle->size) {
-      Chunk* above = split(arena, middle, take, fresh.back());
-      fresh.pop_back();
-      insert_free(arena, above, size_class(above->size));
-    }
-    middle->in_use = middle->pending = true;  // in transit
+    Chunk* middle = cut_out(arena, c, lo, lo + take, fresh);
     donors.push_back(Donor{&arena, middle, 0, fresh.back()});
     fresh.pop_back();
     got += take;
