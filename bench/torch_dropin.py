@@ -130,6 +130,7 @@ def child(run, cfg, steps):
 
     model = model.cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    growth0 = pool.growth_info() if pool is not None else None
     times = []
     for _ in range(steps):  # the step of torch_memory_runs.run, timed to its end on the GPU
         start = time.perf_counter()
@@ -143,10 +144,16 @@ def child(run, cfg, steps):
     driver_peak = max(poller.peak, total - free) - baseline
     reserved, live = allocator_peaks()
     later = times[1:] or times
+    growth = ""
+    if pool is not None:  # the driver work of the pool's growth, per step
+        g = pool.growth_info()
+        growth = (f" driver_ms_per_step={(g.driver_ns - growth0.driver_ns) / 1e6 / steps:.3f}"
+                  f" moved_mib_per_step={(g.moved_bytes - growth0.moved_bytes) / MiB / steps:.1f}"
+                  f" mapped_mib_per_step={(g.mapped_bytes - growth0.mapped_bytes) / MiB / steps:.1f}")
     print(f"DROPIN {run} {cfg} peak_live={live} peak_reserved={reserved} reserved_ratio={reserved / live:.4f} "
           f"driver_peak={driver_peak} driver_ratio={driver_peak / live:.4f} "
           f"ms_per_step={1e3 * sum(later) / len(later):.2f} first_step_ms={1e3 * times[0]:.2f} steps={steps} "
-          f"baseline={baseline} base_reserved={base_reserved} samples={poller.samples}", flush=True)
+          f"baseline={baseline} base_reserved={base_reserved} samples={poller.samples}{growth}", flush=True)
     return 0
 
 
@@ -163,13 +170,14 @@ def parse_row(line):
 def print_table(rows):
     print()
     print("| run | configuration | peak live MiB | peak reserved MiB | reserved/live | driver peak MiB | driver/live "
-          "| ms/step | first step ms |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+          "| ms/step | first step ms | pool driver ms/step | moved MiB/step |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['run']} | {CONFIGS[r['config']][0]} | {int(r['peak_live']) / MiB:.1f} "
               f"| {int(r['peak_reserved']) / MiB:.1f} | {float(r['reserved_ratio']):.3f} "
               f"| {int(r['driver_peak']) / MiB:.1f} | {float(r['driver_ratio']):.3f} "
-              f"| {float(r['ms_per_step']):.1f} | {float(r['first_step_ms']):.1f} |")
+              f"| {float(r['ms_per_step']):.1f} | {float(r['first_step_ms']):.1f} "
+              f"| {r.get('driver_ms_per_step', '-')} | {r.get('moved_mib_per_step', '-')} |")
     print()
     for note in (
             "peak live: torch.cuda.max_memory_allocated, or the gpumem pool's peak_bytes_in_use; both count sizes "
@@ -178,7 +186,9 @@ def print_table(rows):
             "peak reserved: torch.cuda.max_memory_reserved, or the pool's peak_bytes_reserved.",
             "driver peak: the most device memory in use (cudaMemGetInfo, polled) beyond what was in use once CUDA, "
             "cuBLAS and cuDNN were loaded; a lower bound, and it counts kernels loaded during the run.",
-            "ms/step: the mean of the steps after the first, each timed to a synchronize; first step: the first."):
+            "ms/step: the mean of the steps after the first, each timed to a synchronize; first step: the first.",
+            "pool driver ms/step, moved MiB/step: gpumem_pool_get_growth_info over the run, per step: the time the "
+            "pool spent in its upstream's calls and its events, and the bytes page reclaim moved."):
         print(f"- {note}")
 
 

@@ -186,6 +186,37 @@ GPUMEM_API gpumem_status_t gpumem_pool_release(gpumem_allocator_t* pool, gpumem_
 GPUMEM_API gpumem_status_t gpumem_pool_get_info(gpumem_allocator_t* pool, gpumem_pool_info_t* out_info);
 
 /**
+ * @brief What a pool's growth has cost since it was made: memory taken from its upstream, memory
+ *        moved by page reclaim, and the time spent in those calls. @since 0.4.0
+ */
+typedef struct gpumem_pool_growth_info_s {
+  size_t struct_size;       /**< `sizeof(gpumem_pool_growth_info_t)`. */
+  uint64_t mapped_bytes;    /**< Bytes taken from the upstream: blocks, or over ranges memory mapped anew. */
+  uint64_t map_calls;       /**< Upstream allocations or maps behind them. */
+  uint64_t moved_bytes;     /**< Over ranges: bytes page reclaim moved from free memory to where it was needed. */
+  uint64_t move_calls;      /**< The moves behind them (each one or more whole units). */
+  uint64_t returned_bytes;  /**< Bytes given back to the upstream (released, unmapped, out of memory). */
+  uint64_t fences_recorded; /**< Events page reclaim recorded on arenas' streams. */
+  uint64_t driver_ns;       /**< Nanoseconds spent in those upstream calls and in recording and polling the events. */
+} gpumem_pool_growth_info_t;
+
+/**
+ * @brief What a pool's growth has cost since it was made (::gpumem_pool_growth_info_t): how much
+ *        it mapped anew and moved, and the time those calls took, so a training loop can read
+ *        the driver time of each step as the difference of two calls.
+ * @param[in] pool The pool.
+ * @param[in,out] out_info @c struct_size set by the caller; the rest is filled in (zeroed on
+ *                failure as far as @c struct_size reaches, @c struct_size kept).
+ * @retval GPUMEM_SUCCESS
+ * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p out_info is NULL or its @c struct_size is not valid.
+ * @retval GPUMEM_ERROR_INVALID_HANDLE @p pool is not a live pool.
+ * @par Thread safety
+ * Thread-safe: any thread, concurrently, including on the same handle.
+ * @since 0.4.0
+ */
+GPUMEM_API gpumem_status_t gpumem_pool_get_growth_info(gpumem_allocator_t* pool, gpumem_pool_growth_info_t* out_info);
+
+/**
  * @brief Lists every block a pool holds, as one consistent picture: each segment (upstream
  *        block) and the blocks it is split into, with state and stream.
  *

@@ -104,6 +104,21 @@ GPUMEM_API gpumem_status_t gpumem_pool_get_info(gpumem_allocator_t* pool, gpumem
   });
 }
 
+GPUMEM_API gpumem_status_t gpumem_pool_get_growth_info(gpumem_allocator_t* pool, gpumem_pool_growth_info_t* out_info) {
+  return guard([&] {
+    gpumem::capi::fill_struct(out_info, "out_info", [&](gpumem_pool_growth_info_t& out) {
+      const gpumem::pool::Growth g = pool_from(pool)->growth();
+      out.mapped_bytes = g.mapped_bytes;
+      out.map_calls = g.map_calls;
+      out.moved_bytes = g.moved_bytes;
+      out.move_calls = g.move_calls;
+      out.returned_bytes = g.returned_bytes;
+      out.fences_recorded = g.fences_recorded;
+      out.driver_ns = g.driver_ns;
+    });
+  });
+}
+
 GPUMEM_API gpumem_status_t gpumem_pool_set_limit(gpumem_allocator_t* pool, uint64_t limit) {
   return guard([&] { pool_from(pool)->set_limit(limit); });
 }

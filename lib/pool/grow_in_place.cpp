@@ -272,8 +272,9 @@ uint64_t Pool::map_holes(std::vector<Chunk*>& transit, uint64_t bytes, gpumem_st
   // Nothing to map (moved, or another thread's free made room meanwhile): no upstream call to tell of.
   if (bytes && hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE))
     run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE, bytes, bytes, nullptr, stream, GPUMEM_SUCCESS);
-  uint64_t mapped_bytes = 0;
+  uint64_t mapped_bytes = 0, maps = 0;
   void* first_mapped = nullptr;
+  const uint64_t t0 = now_ns();
   for (Chunk* c : transit) {
     if (failure) break;
     if (!c->hole) continue;
@@ -282,6 +283,7 @@ uint64_t Pool::map_holes(std::vector<Chunk*>& transit, uint64_t bytes, gpumem_st
       record(trace::Event::kUpstreamAlloc, c->size, c->size, reinterpret_cast<void*>(c->ptr), stream);
       c->hole = false;  // in transit, so no other thread reads it
       mapped_bytes += c->size;
+      ++maps;
       if (!first_mapped) first_mapped = reinterpret_cast<void*>(c->ptr);
     } catch (...) {
       failure = std::current_exception();
@@ -297,6 +299,12 @@ uint64_t Pool::map_holes(std::vector<Chunk*>& transit, uint64_t bytes, gpumem_st
       }
     }
     run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_POST, bytes, bytes, failure ? nullptr : first_mapped, stream, st);
+  }
+  if (maps || failure) {
+    std::lock_guard<SpinLock> lock(mutex_);
+    growth_.mapped_bytes += mapped_bytes;
+    growth_.map_calls += maps;
+    growth_.driver_ns += now_ns() - t0;
   }
   return mapped_bytes;
 }
@@ -373,6 +381,7 @@ uint64_t Pool::unmap_free(Arena& arena) {
   // Outside the locks.
   std::exception_ptr first;
   uint64_t unmapped_bytes = 0, unmaps = 0;
+  const uint64_t t0 = now_ns();
   for (size_t i = 0; i < parts.size(); ++i) {
     Chunk* c = parts[i];
     try {
@@ -417,6 +426,8 @@ uint64_t Pool::unmap_free(Arena& arena) {
     std::lock_guard<SpinLock> lock(mutex_);
     stats_.reserved -= unmapped_bytes + lost;
     stats_.upstream_frees += unmaps;
+    growth_.returned_bytes += unmapped_bytes;
+    growth_.driver_ns += now_ns() - t0;
   }
   try {
     unreserve_empty_ranges(arena);

@@ -246,12 +246,15 @@ uint64_t Pool::give_back(std::vector<Block>& blocks) {
       std::lock_guard<SpinLock> lock(mutex_);
       segment = segments_.extract(b.ptr);
     }
+    const uint64_t t0 = now_ns();
     try {
       upstream_->deallocate(reinterpret_cast<void*>(b.ptr), b.stream);
       record(trace::Event::kUpstreamFree, b.size, b.size, reinterpret_cast<void*>(b.ptr), b.stream);
       returned += b.size;
       std::lock_guard<SpinLock> lock(mutex_);
       stats_.on_unreserve(b.size);
+      growth_.returned_bytes += b.size;
+      growth_.driver_ns += now_ns() - t0;
     } catch (...) {
       if (!first) first = std::current_exception();
       {

@@ -278,9 +278,11 @@ void* Pool::grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stre
   if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE))
     run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE, rounded, rounded, nullptr, stream, GPUMEM_SUCCESS);
   void* block = nullptr;
+  const uint64_t t0 = now_ns();
   try {
     block = upstream_->allocate(rounded, stream);
   } catch (...) {
+    count_driver_time(t0);
     done_growing();
     if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_POST))
       run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_POST, rounded, rounded, nullptr, stream, current_status());
@@ -319,6 +321,9 @@ void* Pool::grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stre
     if (stream_key(stream) == arena.key()) arena.unfenceable = false;
     growing_ -= rounded;
     stats_.on_reserve(rounded);
+    growth_.mapped_bytes += rounded;
+    ++growth_.map_calls;
+    growth_.driver_ns += now_ns() - t0;
     p = hand_out(c, size, stream);
   } catch (...) {
     done_growing();

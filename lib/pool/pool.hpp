@@ -32,6 +32,12 @@ struct BlockInfo {
   gpumem_stream_t stream;
 };
 
+// What growth has cost (gpumem_pool_growth_info_t).
+struct Growth {
+  uint64_t mapped_bytes = 0, map_calls = 0, moved_bytes = 0, move_calls = 0, returned_bytes = 0;
+  uint64_t fences_recorded = 0, driver_ns = 0;
+};
+
 struct Info {
   uint64_t used = 0, free = 0, total = 0, free_blocks = 0, limit = 0;
   uint64_t addresses = 0;  // the segments' addresses: total, plus over ranges those unmapped
@@ -60,6 +66,7 @@ class Pool final : public alloc::Allocator {
   // Returns free whole blocks to the upstream: the stream's arena, or all of them.
   void release(gpumem_stream_t stream, bool all_streams);
   Info info();
+  Growth growth();
   // Every chunk, by segment and address, at one moment.
   std::vector<BlockInfo> snapshot();
   void set_limit(uint64_t limit);
@@ -300,7 +307,9 @@ class Pool final : public alloc::Allocator {
   alignas(64) uint64_t limit_;
   uint64_t growing_ = 0;    // bytes being taken from the upstream right now, counted against the limit
   uint64_t addresses_ = 0;  // over ranges: bytes of addresses reserved
-  uint64_t moves_ = 0, moved_bytes_ = 0;  // page reclaim: the upstream's moves and their bytes
+  Growth growth_;  // under mutex_
+  // Adds the nanoseconds since t0 to growth_.driver_ns.
+  void count_driver_time(uint64_t t0) noexcept;
   std::vector<Pending> pending_frees_;
   std::mutex settle_mutex_;  // held by settle_pending() across its driver calls; not on any fast path
   std::vector<std::unique_ptr<Arena>> arenas_;        // not retired, each at its index

@@ -1,6 +1,8 @@
 // The pool's parts, shared by its files: size classes, chunks and arenas.
 #pragma once
 
+#include <chrono>
+
 #include "pool/pool.hpp"
 
 namespace gpumem::pool {
@@ -36,6 +38,13 @@ inline uintptr_t stream_key(gpumem_stream_t stream) {
 template <typename Vector>
 void room_for_one(Vector& v) {
   if (v.size() == v.capacity()) v.reserve(v.capacity() < 8 ? 8 : 2 * v.capacity());
+}
+
+// Nanoseconds on a steady clock, for the driver time of growth.
+inline uint64_t now_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
 }
 
 // Arena::allocs_seen of an arena no other stream has looked into yet.

@@ -28,9 +28,12 @@ void Pool::poll_fences(Arena& arena) {
       oldest = arena.fences[0];
     }
     bool done = false;
+    const uint64_t t0 = now_ns();
     try {
       done = order_->query(oldest.fence);
+      count_driver_time(t0);
     } catch (...) {
+      count_driver_time(t0);
       // Its stream is gone (destroyed by its owner): what it ran is over, but that cannot be
       // told; the fence stays, and the arena's free memory is not moved.
     }
@@ -42,6 +45,17 @@ void Pool::poll_fences(Arena& arena) {
     --arena.fence_count;
     order_->release(oldest.fence);  // no driver call: back to the order's own list
   }
+}
+
+void Pool::count_driver_time(uint64_t t0) noexcept {
+  const uint64_t ns = now_ns() - t0;
+  std::lock_guard<SpinLock> lock(mutex_);
+  growth_.driver_ns += ns;
+}
+
+Growth Pool::growth() {
+  std::lock_guard<SpinLock> lock(mutex_);
+  return growth_;
 }
 
 void Pool::drop_fences(Arena& arena) noexcept {
@@ -65,10 +79,17 @@ void Pool::fence_free_pages(Arena& arena) {
     seq = arena.free_seq;  // read before the fence is recorded: it covers every free up to here
   }
   alloc::StreamOrder::Fence fence = nullptr;
+  const uint64_t t0 = now_ns();
   try {
     fence = order_->record(stream);
   } catch (...) {
+    count_driver_time(t0);
     return;  // a destroyed stream: its free memory stays where it is
+  }
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    ++growth_.fences_recorded;
+    growth_.driver_ns += now_ns() - t0;
   }
   {
     std::lock_guard<SpinLock> lock(arena.lock);
@@ -156,6 +177,7 @@ uint64_t Pool::move_pages(std::vector<Donor>& donors, std::vector<Chunk*>& trans
                           std::exception_ptr& failure) {
   uint64_t left = 0, moved_bytes = 0, moves = 0, lost_bytes = 0;
   size_t d = 0;
+  const uint64_t t0 = now_ns();
   for (size_t i = 0; i < transit.size(); ++i) {
     Chunk* c = transit[i];
     if (!c->hole) continue;
@@ -188,8 +210,9 @@ uint64_t Pool::move_pages(std::vector<Donor>& donors, std::vector<Chunk*>& trans
     }
   }
   std::lock_guard<SpinLock> lock(mutex_);
-  moves_ += moves;
-  moved_bytes_ += moved_bytes;
+  growth_.move_calls += moves;
+  growth_.moved_bytes += moved_bytes;
+  growth_.driver_ns += now_ns() - t0;
   stats_.reserved -= lost_bytes;  // unmapped, and mapped nowhere else
   return left;
 }

@@ -1251,6 +1251,16 @@ static gpumem_status_t call_pool_get_info(void* h) {
   return st;
 }
 static gpumem_status_t call_pool_get_info_out(void* ctx, void* out) { return gpumem_pool_get_info(ctx, out); }
+static gpumem_status_t call_pool_get_growth_info(void* h) {
+  gpumem_pool_growth_info_t i;
+  GARBLED(i);
+  const gpumem_status_t st = gpumem_pool_get_growth_info(h, &i);
+  assert_cleared(&i, sizeof i);
+  return st;
+}
+static gpumem_status_t call_pool_get_growth_info_out(void* ctx, void* out) {
+  return gpumem_pool_get_growth_info(ctx, out);
+}
 static void count_block(const gpumem_block_info_t* info, void* user_data) {
   (void)info;
   ++*(int*)user_data;
@@ -1288,6 +1298,12 @@ static void bad_pool_release(void) {
     REFUSED(gpumem_pool_release(g_pool, NULL, flags[i]), GPUMEM_ERROR_INVALID_ARGUMENT, "flags");
   BAD_HANDLES(kAllocator, call_pool_release, true);
   NOT_A_POOL(call_pool_release);
+}
+
+static void bad_pool_get_growth_info(void) {
+  check_out_struct(call_pool_get_growth_info_out, g_pool, sizeof(gpumem_pool_growth_info_t), "out_info");
+  BAD_HANDLES(kAllocator, call_pool_get_growth_info, true);
+  NOT_A_POOL(call_pool_get_growth_info);
 }
 
 static void bad_pool_get_info(void) {
@@ -1866,6 +1882,7 @@ static const entry_t kTable[] = {
     ENTRY(pointer_get_info),
     ENTRY(pool_create),
     ENTRY(pool_get_device),
+    ENTRY(pool_get_growth_info),
     ENTRY(pool_get_info),
     ENTRY(pool_params_init),
     ENTRY(pool_record_stream),

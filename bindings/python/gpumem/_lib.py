@@ -90,6 +90,7 @@ TABLE = [
     ("gpumem_pool_get_device", [c_int32, _out_p], _status),
     ("gpumem_pool_release", [_p, _p, c_uint32], _status),
     ("gpumem_pool_get_info", [_p, POINTER(t.PoolInfo)], _status),
+    ("gpumem_pool_get_growth_info", [_p, POINTER(t.PoolGrowthInfo)], _status),
     ("gpumem_pool_snapshot", [_p, t.block_fn, _p], _status),
     ("gpumem_pool_snapshot_json", [_p, c_char_p], _status),
     ("gpumem_pool_set_limit", [_p, c_uint64], _status),

@@ -204,6 +204,20 @@ class PoolParams(ctypes.Structure):
     ]
 
 
+class PoolGrowthInfo(ctypes.Structure):
+    _c_name_ = "gpumem_pool_growth_info_t"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("mapped_bytes", c_uint64),
+        ("map_calls", c_uint64),
+        ("moved_bytes", c_uint64),
+        ("move_calls", c_uint64),
+        ("returned_bytes", c_uint64),
+        ("fences_recorded", c_uint64),
+        ("driver_ns", c_uint64),
+    ]
+
+
 class PoolInfo(ctypes.Structure):
     _c_name_ = "gpumem_pool_info_t"
     _fields_ = [
@@ -318,6 +332,7 @@ AllocatorFunctions._fields_ = [
 ]
 
 STRUCTS = [
+    PoolGrowthInfo,
     AllocatorFunctions,
     AllocatorStats,
     HookInfo,

@@ -100,6 +100,19 @@ class PoolInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class PoolGrowthInfo:
+    """What a pool's growth has cost since it was made (gpumem_pool_growth_info_t)."""
+
+    mapped_bytes: int
+    map_calls: int
+    moved_bytes: int
+    move_calls: int
+    returned_bytes: int
+    fences_recorded: int
+    driver_ns: int
+
+
+@dataclasses.dataclass(frozen=True)
 class CudaPoolInfo:
     """What a CUDA memory pool holds, from its attributes (gpumem_cuda_pool_info_t)."""
 
@@ -480,6 +493,12 @@ class Pool(Allocator):
         info = _types.new(_types.PoolInfo)
         library().gpumem_pool_get_info(self._handle, ctypes.byref(info))
         return _from_struct(PoolInfo, info)
+
+    def growth_info(self):
+        """What the pool's growth has cost: bytes mapped and moved, and the driver time."""
+        info = _types.new(_types.PoolGrowthInfo)
+        library().gpumem_pool_get_growth_info(self._handle, ctypes.byref(info))
+        return _from_struct(PoolGrowthInfo, info)
 
     @classmethod
     def from_handle(cls, handle):

@@ -425,6 +425,22 @@ struct gpumem_pool_params_t
 end
 
 """
+    gpumem_pool_growth_info_t
+
+What a pool's growth has cost (`pool.h`).
+"""
+struct gpumem_pool_growth_info_t
+    struct_size::Csize_t
+    mapped_bytes::UInt64
+    map_calls::UInt64
+    moved_bytes::UInt64
+    move_calls::UInt64
+    returned_bytes::UInt64
+    fences_recorded::UInt64
+    driver_ns::UInt64
+end
+
+"""
     gpumem_pool_info_t
 
 What a pool holds (`pool.h`), from [`info`](@ref).
@@ -739,6 +755,9 @@ gpumem_pool_release(pool, stream, flags) =
 gpumem_pool_get_info(pool, out_info) =
     ccall(@sym(:gpumem_pool_get_info), gpumem_status_t, (Ptr{gpumem_allocator_t}, Ptr{gpumem_pool_info_t}), pool,
           out_info)
+gpumem_pool_get_growth_info(pool, out_info) =
+    ccall(@sym(:gpumem_pool_get_growth_info), gpumem_status_t,
+          (Ptr{gpumem_allocator_t}, Ptr{gpumem_pool_growth_info_t}), pool, out_info)
 gpumem_pool_snapshot(pool, fn, user_data) =
     ccall(@sym(:gpumem_pool_snapshot), gpumem_status_t, (Ptr{gpumem_allocator_t}, gpumem_block_fn, Ptr{Cvoid}),
           pool, fn, user_data)

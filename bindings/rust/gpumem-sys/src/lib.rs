@@ -362,6 +362,20 @@ pub struct gpumem_pool_params_t {
     pub limit_fraction: f64,
 }
 
+/// `gpumem_pool_growth_info_t` (pool.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpumem_pool_growth_info_t {
+    pub struct_size: usize,
+    pub mapped_bytes: u64,
+    pub map_calls: u64,
+    pub moved_bytes: u64,
+    pub move_calls: u64,
+    pub returned_bytes: u64,
+    pub fences_recorded: u64,
+    pub driver_ns: u64,
+}
+
 /// `gpumem_pool_info_t` (pool.h).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -712,6 +726,10 @@ extern "C" {
     pub fn gpumem_pool_get_device(device: i32, out_pool: *mut *mut gpumem_allocator_t) -> gpumem_status_t;
     pub fn gpumem_pool_release(pool: *mut gpumem_allocator_t, stream: gpumem_stream_t, flags: u32) -> gpumem_status_t;
     pub fn gpumem_pool_get_info(pool: *mut gpumem_allocator_t, out_info: *mut gpumem_pool_info_t) -> gpumem_status_t;
+    pub fn gpumem_pool_get_growth_info(
+        pool: *mut gpumem_allocator_t,
+        out_info: *mut gpumem_pool_growth_info_t,
+    ) -> gpumem_status_t;
     pub fn gpumem_pool_snapshot(
         pool: *mut gpumem_allocator_t,
         block_fn: gpumem_block_fn,

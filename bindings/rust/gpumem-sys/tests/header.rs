@@ -281,6 +281,16 @@ fn layouts() -> Vec<StructLayout> {
             limit,
             limit_fraction
         }),
+        layout!(gpumem_pool_growth_info_t {
+            struct_size,
+            mapped_bytes,
+            map_calls,
+            moved_bytes,
+            move_calls,
+            returned_bytes,
+            fences_recorded,
+            driver_ns,
+        }),
         layout!(gpumem_pool_info_t {
             struct_size,
             used_bytes,
