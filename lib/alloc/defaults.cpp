@@ -31,19 +31,28 @@ Defaults& defaults(int device) {
     made->defaults = std::make_unique<std::atomic<Allocator*>[]>(static_cast<size_t>(made->devices));
     return made;
   }();
-  driver::require_device(device);
+  // The count is the driver's, read once: only a device out of range asks it again, for the detail.
+  if (device < 0 || device >= d->devices) driver::require_device(device);
   return *d;
 }
 
 // The thread's override, given back when the thread ends so the allocator can be destroyed.
 struct ThreadOverride {
   Allocator* allocator = nullptr;
-  ~ThreadOverride() {
-    if (allocator) allocator->unretain();
-    allocator = nullptr;  // a later thread-exit free through NULL must not use it
-  }
+  ~ThreadOverride();
 };
 thread_local ThreadOverride thread_override;
+// The same pointer, read on every call with a NULL allocator: trivially destructible, so reading it
+// runs no guard, and in the initial-exec model, so it is one load off the thread pointer rather
+// than a call to __tls_get_addr (a pointer's worth of the static TLS that glibc keeps for
+// libraries loaded later).
+__attribute__((tls_model("initial-exec"))) thread_local Allocator* thread_override_fast = nullptr;
+
+ThreadOverride::~ThreadOverride() {
+  if (allocator) allocator->unretain();
+  allocator = nullptr;  // a later thread-exit free through NULL must not use it
+  thread_override_fast = nullptr;
+}
 
 struct Reclaim {
   uint64_t id;
@@ -89,8 +98,13 @@ Allocator* device_pool_upstream(int device, const PoolConfig& config) {
 }  // namespace
 
 Allocator* current_default() {
-  if (thread_override.allocator) return thread_override.allocator;
-  return get_default(driver::current_device());
+  if (Allocator* a = thread_override_fast) return a;
+  // get_default() and device_pool() in one: every gpumem_alloc(NULL, ...) and free runs this.
+  const int device = driver::current_device();
+  Defaults& d = defaults(device);
+  if (Allocator* a = d.defaults[static_cast<size_t>(device)].load(std::memory_order_acquire)) return a;
+  if (Allocator* pool = d.pools[static_cast<size_t>(device)].load(std::memory_order_acquire)) return pool;
+  return device_pool(device);
 }
 
 Allocator* device_pool(int device) {
@@ -129,6 +143,7 @@ Allocator* set_thread(Allocator* allocator) {
   if (allocator) allocator->retain();
   Allocator* old = thread_override.allocator;
   thread_override.allocator = allocator;
+  thread_override_fast = allocator;
   if (old) old->unretain();
   return old;
 }

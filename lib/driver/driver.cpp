@@ -218,7 +218,9 @@ CUcontext primary_context(int device) {
 }
 
 int current_device() {
-  const Api& a = device_api();
+  // Checked once: the driver's state is settled when it loads, and a failure leaves the static
+  // unset, so the next call throws the same error again.
+  static const Api& a = device_api();
   // One driver call on the common path: it fails only when no context is current.
   CUdevice dev = 0;
   const CUresult r = a.cuCtxGetDevice(&dev);
