@@ -59,6 +59,11 @@ void* Pool::after_out_of_memory(Arena& arena, size_t size, size_t rounded, gpume
   }
   if (settled)
     if (void* p = take_own_or_across(arena, size, rounded, stream)) return p;
+  // Over ranges, free memory that queued work may still use is moved once its streams' events are
+  // waited for, before any of it is unmapped (which synchronizes the device).
+  const bool waited = wait_for_free_pages();
+  if (waited)
+    if (void* p = take_or_grow(arena, size, rounded, stream, why)) return p;
   if (count_retry) {
     std::lock_guard<SpinLock> lock(mutex_);
     ++stats_.retries;
@@ -70,9 +75,9 @@ void* Pool::after_out_of_memory(Arena& arena, size_t size, size_t rounded, gpume
     // What the upstream would not take back stays cached; the retry goes on regardless.
   }
   tried += format(
-      "looked in other streams' arenas, waited for the pending frees, returned %s cached bytes and "
+      "looked in other streams' arenas, waited for the pending frees%s, returned %s cached bytes and "
       "tried again",
-      grouped(returned).c_str());
+      waited ? " and for the streams' work on free memory, to move it" : "", grouped(returned).c_str());
   return take_or_grow(arena, size, rounded, stream, why);
 }
 

@@ -279,6 +279,11 @@ class Pool final : public alloc::Allocator {
   void poll_fences(Arena& arena);
   // Records a fence on the arena's stream if free memory waits for one and there is room.
   void fence_free_pages(Arena& arena);
+  // Every arena not retired, each pinned (unpin() each).
+  std::vector<Arena*> pin_all();
+  // Out of memory over ranges: the host waits for the events that cover each arena's free memory
+  // (each stream's work, not the device's), so that growth may move all of it. True if any did.
+  bool wait_for_free_pages();
   // Releases the arena's fences; under its lock, when it holds nothing (retired, or the pool going).
   void drop_fences(Arena& arena) noexcept;
   void reserve_range(Arena& arena);

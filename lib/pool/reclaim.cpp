@@ -142,16 +142,52 @@ uint64_t Pool::take_pages_from(Arena& arena, uint64_t want, std::vector<Donor>& 
   return got;
 }
 
+std::vector<Pool::Arena*> Pool::pin_all() {
+  std::vector<Arena*> arenas;
+  std::lock_guard<SpinLock> lock(mutex_);
+  arenas.reserve(arenas_.size());
+  for (auto& a : arenas_) {
+    std::lock_guard<SpinLock> pin(a->lock);
+    ++a->pins;
+    arenas.push_back(a.get());
+  }
+  return arenas;
+}
+
+bool Pool::wait_for_free_pages() {
+  if (!order_ || !ranges_ || !page_reclaim()) return false;
+  bool advanced = false;
+  for (Arena* a : pin_all()) {
+    try {
+      fence_free_pages(*a);
+      for (;;) {
+        FencePoint oldest;
+        {
+          std::lock_guard<SpinLock> lock(a->lock);
+          if (!a->fence_count) break;
+          oldest = a->fences[0];
+        }
+        order_->synchronize(oldest.fence);  // this stream's work, not the device's
+        std::lock_guard<SpinLock> lock(a->lock);
+        if (!a->fence_count || a->fences[0].fence != oldest.fence) continue;  // another thread took it
+        a->done_seq = std::max(a->done_seq, oldest.seq);
+        std::move(a->fences.begin() + 1, a->fences.begin() + a->fence_count, a->fences.begin());
+        --a->fence_count;
+        order_->release(oldest.fence);
+        advanced = true;
+      }
+    } catch (...) {
+      // A stream that cannot be waited for (destroyed by its owner): its free memory stays.
+    }
+    unpin(*a);
+  }
+  return advanced;
+}
+
 uint64_t Pool::take_pages(Arena& own, uint64_t want, std::vector<Donor>& donors) noexcept {
   std::vector<Arena*> arenas;
   try {
-    std::lock_guard<SpinLock> lock(mutex_);
-    arenas.reserve(arenas_.size());
-    for (auto& a : arenas_) {
-      std::lock_guard<SpinLock> pin(a->lock);
-      ++a->pins;
-      arenas.push_back(a.get());
-    }
+    arenas = pin_all();
   } catch (...) {
     return 0;  // no host memory for the list: growth maps new memory instead
   }
