@@ -673,6 +673,37 @@ void a_block_taken_over_waits_for_both_streams() {
 
 }  // namespace
 
+// 10. Out of memory (a limit at what is mapped) with S1's free units still in use by its queued
+// work: the host waits for S1's event, not the device, and the units move to S2; nothing is
+// unmapped and the cache is not given back.
+void out_of_memory_waits_for_the_free_memory_then_moves_it() {
+  const char* test = "out_of_memory_waits_for_the_free_memory_then_moves_it";
+  Setup s(true, 8 * kUnit);
+  unsigned char* b = s.alloc(8 * kUnit, kS1);
+  fill(b, 8 * kUnit, 0x66);
+  s.order.work(kS1);  // still running when the memory is asked for
+  s.free(b, kS1);
+  s.step(test);
+  const auto before = s.pool->growth();
+  const uint64_t retries = s.pool->stats().retries;
+  const size_t maps = s.up.maps.size(), unmaps = s.up.unmaps.size();
+  unsigned char* p = s.alloc(4 * kUnit, kS2);
+  s.step(test);
+  CHECK(p != nullptr);
+  CHECK(s.order.host_waits == 1);                   // S1's event, waited for
+  CHECK(s.order.reached(kS1) == s.order.queued[kS1]);  // and so S1's work is over
+  CHECK(s.reserved() == 8 * kUnit);                 // nothing new mapped
+  CHECK(s.up.maps.size() - maps == 4 && s.up.unmaps.size() - unmaps == 4);  // 4 units moved
+  CHECK(all_inside(s.up.unmaps, unmaps, b, 8 * kUnit) && all_inside(s.up.maps, maps, p, 4 * kUnit));
+  const auto after = s.pool->growth();
+  CHECK(after.moved_bytes - before.moved_bytes == 4 * kUnit);
+  CHECK(after.returned_bytes == before.returned_bytes);  // the cache was not given back
+  CHECK(s.pool->stats().retries == retries);             // served before the retry
+  fill(p, 4 * kUnit, 0x77);
+  s.free(p, kS2);
+  s.end(test);
+}
+
 int main() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // what a failed check printed survives a fault after it
   not_done_units_stay_until_their_fence_completes();
@@ -689,6 +720,7 @@ int main() {
   the_oldest_free_moves_first();
   other_arenas_give_before_its_own();
   a_block_taken_over_waits_for_both_streams();
+  out_of_memory_waits_for_the_free_memory_then_moves_it();
   std::printf("%s\n", failures ? "FAILED" : "all page-reclaim cases passed");
   return failures ? 1 : 0;
 }
