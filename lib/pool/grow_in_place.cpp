@@ -267,24 +267,27 @@ void Pool::place_in_transit(Arena& arena, size_t rounded, Placement& at, std::ve
   }
 }
 
-uint64_t Pool::map_holes(std::vector<Chunk*>& transit, uint64_t bytes, gpumem_stream_t stream,
-                         std::exception_ptr& failure) {
+uint64_t Pool::map_holes(const std::vector<Chunk*>& transit, const std::vector<size_t>& filled_of, uint64_t bytes,
+                         gpumem_stream_t stream, std::exception_ptr& failure) {
   // Nothing to map (moved, or another thread's free made room meanwhile): no upstream call to tell of.
   if (bytes && hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE))
     run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE, bytes, bytes, nullptr, stream, GPUMEM_SUCCESS);
   uint64_t mapped_bytes = 0, maps = 0;
   void* first_mapped = nullptr;
   const uint64_t t0 = now_ns();
-  for (Chunk* c : transit) {
+  for (size_t i = 0; i < transit.size(); ++i) {
+    Chunk* c = transit[i];
     if (failure) break;
     if (!c->hole) continue;
+    const uintptr_t from = c->ptr + filled_of[i];
+    const size_t size = c->size - filled_of[i];
     try {
-      ranges_->map(c->ptr, c->size);
-      record(trace::Event::kUpstreamAlloc, c->size, c->size, reinterpret_cast<void*>(c->ptr), stream);
+      ranges_->map(from, size);
+      record(trace::Event::kUpstreamAlloc, size, size, reinterpret_cast<void*>(from), stream);
       c->hole = false;  // in transit, so no other thread reads it
-      mapped_bytes += c->size;
+      mapped_bytes += size;
       ++maps;
-      if (!first_mapped) first_mapped = reinterpret_cast<void*>(c->ptr);
+      if (!first_mapped) first_mapped = reinterpret_cast<void*>(from);
     } catch (...) {
       failure = std::current_exception();
     }
@@ -309,6 +312,27 @@ uint64_t Pool::map_holes(std::vector<Chunk*>& transit, uint64_t bytes, gpumem_st
   return mapped_bytes;
 }
 
+void Pool::settle_region(Arena& arena, const std::vector<Chunk*>& transit, const std::vector<size_t>& filled_of,
+                         std::vector<Chunk*>& spares) {
+  for (size_t i = 0; i < transit.size(); ++i) {
+    Chunk* c = transit[i];
+    if (c->hole && filled_of[i]) {
+      try {
+        arena.chunks.reserve(arena.chunks.size() + 1);
+        Chunk* rest = split(arena, c, filled_of[i], spares.back());
+        spares.pop_back();
+        c->hole = false;
+        settle_chunk(arena, rest, true);
+      } catch (...) {
+        // No host memory to list the mapped part: it is taken as unmapped and never handed out;
+        // the upstream still has it mapped, refuses to map it again, and unmaps it with its range.
+      }
+    }
+    settle_chunk(arena, c, c->hole);
+  }
+  for (Chunk* c : spares) delete_chunk(arena, c);
+}
+
 void* Pool::grow_in_place(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stream, bool& over_limit) {
   Placement at{};
   std::vector<Chunk*> transit;  // the region's chunks, in address order
@@ -321,6 +345,15 @@ void* Pool::grow_in_place(Arena& arena, size_t size, size_t rounded, gpumem_stre
   } give_back{this, donors};
   place_in_transit(arena, rounded, at, transit, spares, over_limit);
   if (over_limit) return nullptr;
+  std::vector<size_t> filled_of;
+  try {
+    filled_of.assign(transit.size(), 0);
+  } catch (...) {
+    ArenaLock lock(arena.lock);  // back as it was: nothing was moved or mapped
+    for (Chunk* c : spares) delete_chunk(arena, c);
+    for (Chunk* c : transit) settle_chunk(arena, c, c->hole);
+    throw;
+  }
   // Steps of the region: free memory anywhere moved in, the rest mapped, the limit counting that rest.
   const uint64_t donated =
       at.to_map && reclaim_pages_.load(std::memory_order_relaxed) ? take_pages(arena, at.to_map, donors) : 0;
@@ -333,15 +366,14 @@ void* Pool::grow_in_place(Arena& arena, size_t size, size_t rounded, gpumem_stre
   std::exception_ptr failure;
   uint64_t mapped_bytes = 0;
   if (!over_limit) {
-    const uint64_t left = donors.empty() ? at.to_map : move_pages(donors, transit, spares, failure);
-    mapped_bytes = map_holes(transit, left, stream, failure);
+    const uint64_t left = donors.empty() ? at.to_map : move_pages(donors, transit, filled_of, failure);
+    mapped_bytes = map_holes(transit, filled_of, left, stream, failure);
     std::lock_guard<SpinLock> lock(mutex_);
     growing_ -= fresh;
     if (mapped_bytes) stats_.on_reserve(mapped_bytes);
   }
   ArenaLock lock(arena.lock);
-  for (Chunk* c : spares) delete_chunk(arena, c);
-  for (Chunk* c : transit) settle_chunk(arena, c, c->hole);
+  settle_region(arena, transit, filled_of, spares);
   if (over_limit) return nullptr;
   if (failure) {
     lock.unlock();

@@ -58,7 +58,6 @@ Info Pool::info() {
   locks.reserve(arenas_.size());
   for (auto& a : arenas_) {
     locks.emplace_back(a->lock);
-    merge_deferred(*a);  // what is reported is what merging leaves
     i.used += a->in_use;
     i.free += a->free_bytes;
     i.free_blocks += a->free_blocks;
@@ -74,7 +73,6 @@ std::vector<BlockInfo> Pool::snapshot() {
   size_t chunks = 0;
   for (auto& a : arenas_) {
     locks.emplace_back(a->lock);
-    merge_deferred(*a);
     chunks += a->chunks.size();
   }
   out.reserve(chunks);

@@ -139,6 +139,12 @@ Pool::Chunk* Pool::take(Arena& arena, size_t rounded) {
       if (!best) return nullptr;
     }
   }
+  if (best->deferred && best->size > rounded) {
+    // Split, its remainder would lie unmerged beside a free neighbour: merged first, then looked
+    // for again (the merged chunk fits, so this happens once).
+    merge_one(arena, best);
+    return take(arena, rounded);
+  }
   Chunk* rest = nullptr;
   if (best->size > rounded) {  // the remainder is made and registered before any change: both may throw
     rest = new_chunk(arena);

@@ -233,9 +233,15 @@ class Pool final : public alloc::Allocator {
   // over_limit, taking nothing, when a new range would be beyond the limit.
   void place_in_transit(Arena& arena, size_t rounded, Placement& at, std::vector<Chunk*>& transit,
                         std::vector<Chunk*>& spares, bool& over_limit);
-  // Maps the holes among transit's chunks (bytes of them), with the hooks and trace records of
-  // growth; stops at the first failure. Returns the bytes mapped.
-  uint64_t map_holes(std::vector<Chunk*>& transit, uint64_t bytes, gpumem_stream_t stream, std::exception_ptr& failure);
+  // Maps the holes among transit's chunks past what filled_of says is mapped already (bytes of
+  // them), with the hooks and trace records of growth; a hole mapped to its end is marked mapped.
+  // Stops at the first failure. Returns the bytes mapped.
+  uint64_t map_holes(const std::vector<Chunk*>& transit, const std::vector<size_t>& filled_of, uint64_t bytes,
+                     gpumem_stream_t stream, std::exception_ptr& failure);
+  // Under the arena's lock: lists the region's chunks again, free where mapped and holes where not,
+  // a hole mapped in part split where its mapping ends (with one of spares).
+  void settle_region(Arena& arena, const std::vector<Chunk*>& transit, const std::vector<size_t>& filled_of,
+                     std::vector<Chunk*>& spares);
   // Splits c at offset into fresh, which becomes the upper part: registered and linked, with c's
   // flags and in no list. The chunk map must have room (reserved).
   Chunk* split(Arena& arena, Chunk* c, size_t offset, Chunk* fresh);
@@ -268,10 +274,10 @@ class Pool final : public alloc::Allocator {
   // Takes up to want bytes (whole units) into donors, from other arenas first, oldest freed first.
   uint64_t take_pages(Arena& own, uint64_t want, std::vector<Donor>& donors) noexcept;
   uint64_t take_pages_from(Arena& arena, uint64_t want, std::vector<Donor>& donors);
-  // Moves donors' units into the holes among transit's chunks (in order), marking what is filled
-  // mapped and splitting a hole filled in part with one of spares (the arena's, one for each
-  // hole); returns the bytes still to map. Stops at the first failure, which it stores in failure.
-  uint64_t move_pages(std::vector<Donor>& donors, std::vector<Chunk*>& transit, std::vector<Chunk*>& spares,
+  // Moves donors' units into the holes among transit's chunks (in order): a hole filled whole is
+  // marked mapped, and filled_of[i] is set to the bytes from the start of transit[i] that are
+  // mapped now. Returns the bytes still to map. Stops at the first failure, stored in failure.
+  uint64_t move_pages(std::vector<Donor>& donors, const std::vector<Chunk*>& transit, std::vector<size_t>& filled_of,
                       std::exception_ptr& failure);
   // What moved away becomes holes, the rest free again; unpins the arenas.
   void return_pages(std::vector<Donor>& donors) noexcept;

@@ -27,15 +27,24 @@ void Pool::poll_fences(Arena& arena) {
       if (!arena.fence_count) return;
       oldest = arena.fences[0];
     }
-    bool done = false;
+    bool done = false, failed = false;
     const uint64_t t0 = now_ns();
     try {
       done = order_->query(oldest.fence);
-      count_driver_time(t0);
     } catch (...) {
-      count_driver_time(t0);
-      // Its stream is gone (destroyed by its owner): what it ran is over, but that cannot be
-      // told; the fence stays, and the arena's free memory is not moved.
+      // Its stream is gone (destroyed by its owner), or its event was captured into a graph: what
+      // it covers cannot be told. The fence goes, done_seq stays, and a later growth fences anew.
+      failed = true;
+    }
+    count_driver_time(t0);
+    if (failed) {
+      std::lock_guard<SpinLock> lock(arena.lock);
+      if (arena.fence_count && arena.fences[0].fence == oldest.fence) {
+        std::move(arena.fences.begin() + 1, arena.fences.begin() + arena.fence_count, arena.fences.begin());
+        --arena.fence_count;
+        order_->release(oldest.fence);
+      }
+      return;
     }
     if (!done) return;
     std::lock_guard<SpinLock> lock(arena.lock);
@@ -84,7 +93,10 @@ void Pool::fence_free_pages(Arena& arena) {
     fence = order_->record(stream);
   } catch (...) {
     count_driver_time(t0);
-    return;  // a destroyed stream: its free memory stays where it is
+    // A destroyed stream: its free memory stays where it is, and its stream is not asked again.
+    std::lock_guard<SpinLock> lock(arena.lock);
+    if (arena.key() == stream_key(stream)) arena.unfenceable = true;
+    return;
   }
   {
     std::lock_guard<SpinLock> lock(mutex_);
@@ -157,7 +169,13 @@ std::vector<Pool::Arena*> Pool::pin_all() {
 bool Pool::wait_for_free_pages() {
   if (!order_ || !ranges_ || !page_reclaim()) return false;
   bool advanced = false;
-  for (Arena* a : pin_all()) {
+  std::vector<Arena*> arenas;
+  try {
+    arenas = pin_all();
+  } catch (...) {
+    return false;  // no host memory for the list: the rest of the ladder goes on
+  }
+  for (Arena* a : arenas) {
     try {
       fence_free_pages(*a);
       for (;;) {
@@ -167,14 +185,20 @@ bool Pool::wait_for_free_pages() {
           if (!a->fence_count) break;
           oldest = a->fences[0];
         }
-        order_->synchronize(oldest.fence);  // this stream's work, not the device's
+        bool failed = false;
+        try {
+          order_->synchronize(oldest.fence);  // this stream's work, not the device's
+        } catch (...) {
+          failed = true;  // as in poll_fences: the fence goes, and what it covered stays
+        }
         std::lock_guard<SpinLock> lock(a->lock);
         if (!a->fence_count || a->fences[0].fence != oldest.fence) continue;  // another thread took it
-        a->done_seq = std::max(a->done_seq, oldest.seq);
+        if (!failed) a->done_seq = std::max(a->done_seq, oldest.seq);
         std::move(a->fences.begin() + 1, a->fences.begin() + a->fence_count, a->fences.begin());
         --a->fence_count;
         order_->release(oldest.fence);
-        advanced = true;
+        advanced |= !failed;
+        if (failed) break;
       }
     } catch (...) {
       // A stream that cannot be waited for (destroyed by its owner): its free memory stays.
@@ -209,7 +233,7 @@ uint64_t Pool::take_pages(Arena& own, uint64_t want, std::vector<Donor>& donors)
   return got;
 }
 
-uint64_t Pool::move_pages(std::vector<Donor>& donors, std::vector<Chunk*>& transit, std::vector<Chunk*>& spares,
+uint64_t Pool::move_pages(std::vector<Donor>& donors, const std::vector<Chunk*>& transit, std::vector<size_t>& filled_of,
                           std::exception_ptr& failure) {
   uint64_t left = 0, moved_bytes = 0, moves = 0, lost_bytes = 0;
   size_t d = 0;
@@ -235,15 +259,10 @@ uint64_t Pool::move_pages(std::vector<Donor>& donors, std::vector<Chunk*>& trans
       if (from.moved == from.chunk->size) ++d;
     }
     left += c->size - filled;
-    if (filled == c->size) {
-      c->hole = false;  // in transit, so no other thread reads it
-    } else if (filled) {
-      // The part moved into is mapped, the rest stays a hole in transit, for growth to map.
-      Chunk* rest = split(*c->arena, c, filled, spares.back());
-      spares.pop_back();
-      c->hole = false;
-      transit.insert(transit.begin() + static_cast<std::ptrdiff_t>(i) + 1, rest);
-    }
+    // Mapped from its start up to filled; the rest is for growth to map. Split under the lock, when
+    // the region settles: the chunk map is the arena's.
+    filled_of[i] = filled;
+    if (filled == c->size) c->hole = false;  // in transit, so no other thread reads it
   }
   std::lock_guard<SpinLock> lock(mutex_);
   growth_.move_calls += moves;
@@ -265,9 +284,16 @@ void Pool::return_pages(std::vector<Donor>& donors) noexcept {
         settle_chunk(arena, c, d.moved != 0);
         delete_chunk(arena, d.spare);
       } else {
-        Chunk* rest = split(arena, c, d.moved, d.spare);
+        try {
+          arena.chunks.reserve(arena.chunks.size() + 1);
+          Chunk* rest = split(arena, c, d.moved, d.spare);
+          settle_chunk(arena, rest, false);
+        } catch (...) {
+          // No host memory to list what did not move: taken as unmapped and never handed out,
+          // as in unmap_free().
+          delete_chunk(arena, d.spare);
+        }
         settle_chunk(arena, c, true);
-        settle_chunk(arena, rest, false);
       }
     }
     if (i + 1 < donors.size() && donors[i + 1].arena == &arena) continue;
