@@ -43,10 +43,9 @@ struct ThreadOverride {
 };
 thread_local ThreadOverride thread_override;
 // The same pointer, read on every call with a NULL allocator: trivially destructible, so reading it
-// runs no guard, and in the initial-exec model, so it is one load off the thread pointer rather
-// than a call to __tls_get_addr (a pointer's worth of the static TLS that glibc keeps for
-// libraries loaded later).
-__attribute__((tls_model("initial-exec"))) thread_local Allocator* thread_override_fast = nullptr;
+// runs no initialization guard. (The initial-exec TLS model would save the __tls_get_addr call too,
+// but would make the library need static TLS, which a dlopen may then fail to find.)
+thread_local Allocator* thread_override_fast = nullptr;
 
 ThreadOverride::~ThreadOverride() {
   if (allocator) allocator->unretain();
@@ -113,7 +112,7 @@ Allocator* device_pool(int device) {
   if (Allocator* pool = slot.load(std::memory_order_acquire)) return pool;
   std::lock_guard<std::mutex> lock(d.mutex);
   if (Allocator* pool = slot.load(std::memory_order_relaxed)) return pool;
-  const PoolConfig config = device_pool_config();
+  const PoolConfig config = device_pool_config(device);
   const uint64_t limit = pool::limit_from_environment(driver::device_total_memory, device);
   std::unique_ptr<Allocator> upstream(device_pool_upstream(device, config));
   upstream->make_permanent();
@@ -121,7 +120,6 @@ Allocator* device_pool(int device) {
   upstream.release();
   made->set_page_reclaim(config.page_reclaim);
   made->make_permanent();
-  device_pool_made(device);
   slot.store(made.get(), std::memory_order_release);
   return made.release();
 }

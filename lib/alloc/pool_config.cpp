@@ -67,12 +67,14 @@ PoolConfig parse_pool_config(const char* source, const char* text, PoolConfig ou
   return out;
 }
 
-PoolConfig device_pool_config() {
+PoolConfig device_pool_config(int device) {
   const char* env = std::getenv("GPUMEM_POOL_CONF");
   PoolConfig config = parse_pool_config("GPUMEM_POOL_CONF", env);
   Settings& s = settings();
   std::lock_guard<std::mutex> lock(s.mutex);
-  return parse_pool_config("gpumem_pool_set_device_config", s.call.c_str(), config);
+  config = parse_pool_config("gpumem_pool_set_device_config", s.call.c_str(), config);
+  if (s.made < 0) s.made = device;  // under the same lock: no call can change what this pool is built from
+  return config;
 }
 
 void set_device_pool_config(const char* text) {
@@ -81,16 +83,10 @@ void set_device_pool_config(const char* text) {
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.made >= 0)
     fail(GPUMEM_ERROR_BUSY,
-         "device %d's pool is made already, with the configuration it had then; set the configuration before the "
-         "first allocation through a device pool, a default allocator or a drop-in",
+         "device %d's pool was asked for already, with the configuration it had then; set the configuration before "
+         "the first allocation through a device pool, a default allocator or a drop-in",
          s.made);
   s.call = text ? text : "";
-}
-
-void device_pool_made(int device) {
-  Settings& s = settings();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  if (s.made < 0) s.made = device;
 }
 
 }  // namespace gpumem::alloc

@@ -18,11 +18,10 @@ struct PoolConfig {
 
 // Reads "key:value,key:value" over base; throws INVALID_ARGUMENT naming source and the key.
 PoolConfig parse_pool_config(const char* source, const char* text, PoolConfig base = {});
-// The environment's, then what calls set; the call's keys win.
-PoolConfig device_pool_config();
-// Parses and keeps text for device pools made from now on; refuses (BUSY) once one is made.
+// The environment's, then what calls set (the call's keys win), for device's pool: from here on
+// set_device_pool_config() is refused.
+PoolConfig device_pool_config(int device);
+// Parses and keeps text for device pools made from now on; refuses (BUSY) once one was asked for.
 void set_device_pool_config(const char* text);
-// Called when a device pool is made: later calls to set_device_pool_config are refused.
-void device_pool_made(int device);
 
 }  // namespace gpumem::alloc

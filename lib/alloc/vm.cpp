@@ -107,6 +107,12 @@ void VmAllocator::fail_mapping(CUresult result, const char* call, size_t size, s
                                       bytes(size).c_str(), device()));
 }
 
+void VmAllocator::refuse_during_capture(const char* fn, const char* work) const {
+  if (driver::capture_mode_relaxed()) return;
+  driver::refuse_during_capture(fn, work, "allocate and free before the capture begins or after it ends",
+                                {driver::primary_context(device())});
+}
+
 void VmAllocator::undo_map(uintptr_t p, size_t size, size_t piece) noexcept {
   try {
     const driver::Api& a = driver::api();
@@ -146,6 +152,7 @@ void VmAllocator::set_access_and_record(uintptr_t p, size_t size, uintptr_t rang
 void VmAllocator::map_memory(uintptr_t p, size_t size, uintptr_t range, bool counted, size_t piece) {
   const driver::Api& a = driver::api();
   driver::ContextScope scope(driver::primary_context(device()));
+  refuse_during_capture("gpumem_alloc", "mapping device memory (cuMemCreate, cuMemMap)");
   size_t done = 0;  // bytes this call has mapped
   try {
     for (; done < size; done += piece) {
@@ -196,6 +203,7 @@ void VmAllocator::unmap_memory(uintptr_t p, size_t size, bool counted, size_t pi
     // A driver that has shut down (at process exit) took all memory with it.
     driver::unless_shut_down([&] {
       driver::ContextScope scope(driver::primary_context(device()));
+      refuse_during_capture("gpumem_free", "unmapping device memory (cuCtxSynchronize, cuMemUnmap)");
       // cuMemUnmap, unlike cuMemFree, does not wait for work still using the memory: the device
       // is synchronized first, as PyTorch's expandable segments synchronize before unmapping.
       driver::check(a.cuCtxSynchronize(), "cuCtxSynchronize (waiting for the device's work before unmapping)");

@@ -64,6 +64,9 @@ class VmAllocator final : public RawAllocator, public Ranges {
   // Unmaps units this allocator mapped and nothing has used yet; ignores failures.
   void undo_map(uintptr_t p, size_t size, size_t piece) noexcept;
   [[noreturn]] void fail_mapping(CUresult result, const char* call, size_t size, size_t piece);
+  // As the device allocator refuses cuMemAlloc and cuMemFree: mapping and unmapping (and the
+  // synchronize before an unmap) during a capture, unless the thread's captures are relaxed.
+  void refuse_during_capture(const char* fn, const char* work) const;
   // Sets [p, p + size)'s access to the device's and its peers', until it matches peers_ as the
   // span is recorded (add_span) under mutex_; with counted, the bytes count as reserved.
   void set_access_and_record(uintptr_t p, size_t size, uintptr_t range, bool counted);

@@ -29,6 +29,7 @@ void VmAllocator::move(uintptr_t from, uintptr_t to, size_t size, size_t& moved,
     return;
   }
   driver::ContextScope scope(driver::primary_context(device()));
+  refuse_during_capture("gpumem_alloc", "moving device memory (cuMemMap, cuMemUnmap)");
   size_t mapped = 0;  // bytes mapped at to so far
   try {
     for (; mapped < size; mapped += unit_) {
@@ -46,10 +47,19 @@ void VmAllocator::move(uintptr_t from, uintptr_t to, size_t size, size_t& moved,
     throw;
   }
   uintptr_t from_range;
-  {
+  try {
     // Out of the spans first, so a change of peer access leaves it alone from here on.
     std::lock_guard<SpinLock> lock(mutex_);
     from_range = remove_span(from, from + size);
+  } catch (...) {
+    // No host memory to split the span: nothing moved, and the second mapping goes.
+    try {
+      std::lock_guard<SpinLock> lock(mutex_);
+      remove_span(to, to + size);
+    } catch (...) {
+    }
+    undo_move(to, size);
+    throw;
   }
   size_t unmapped = 0;
   try {
@@ -61,11 +71,16 @@ void VmAllocator::move(uintptr_t from, uintptr_t to, size_t size, size_t& moved,
     }
   } catch (...) {
     // What is still mapped at from stays there: its second mapping goes.
-    try {
+    {
       std::lock_guard<SpinLock> lock(mutex_);
-      add_span(from + unmapped, from + size, from_range);
-      remove_span(to + unmapped, to + size);
-    } catch (...) {
+      try {
+        add_span(from + unmapped, from + size, from_range);
+      } catch (...) {
+      }
+      try {
+        remove_span(to + unmapped, to + size);
+      } catch (...) {
+      }
     }
     undo_move(to + unmapped, size - unmapped);
     moved = unmapped;
