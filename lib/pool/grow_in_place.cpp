@@ -274,21 +274,24 @@ uint64_t Pool::map_holes(const std::vector<Chunk*>& transit, const std::vector<s
     run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE, bytes, bytes, nullptr, stream, GPUMEM_SUCCESS);
   uint64_t mapped_bytes = 0, maps = 0;
   void* first_mapped = nullptr;
-  const uint64_t t0 = now_ns();
+  uint64_t driver_ns = 0;
   for (size_t i = 0; i < transit.size(); ++i) {
     Chunk* c = transit[i];
     if (failure) break;
     if (!c->hole) continue;
     const uintptr_t from = c->ptr + filled_of[i];
     const size_t size = c->size - filled_of[i];
+    const uint64_t t1 = now_ns();
     try {
       ranges_->map(from, size);
+      driver_ns += now_ns() - t1;
       record(trace::Event::kUpstreamAlloc, size, size, reinterpret_cast<void*>(from), stream);
       c->hole = false;  // in transit, so no other thread reads it
       mapped_bytes += size;
       ++maps;
       if (!first_mapped) first_mapped = reinterpret_cast<void*>(from);
     } catch (...) {
+      driver_ns += now_ns() - t1;
       failure = std::current_exception();
     }
   }
@@ -307,7 +310,7 @@ uint64_t Pool::map_holes(const std::vector<Chunk*>& transit, const std::vector<s
     std::lock_guard<SpinLock> lock(mutex_);
     growth_.mapped_bytes += mapped_bytes;
     growth_.map_calls += maps;
-    growth_.driver_ns += now_ns() - t0;
+    growth_.driver_ns += driver_ns;
   }
   return mapped_bytes;
 }

@@ -294,6 +294,7 @@ void* Pool::grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stre
       run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_POST, rounded, rounded, nullptr, stream, current_status());
     throw;
   }
+  const uint64_t driver_ns = now_ns() - t0;  // before the hooks and the trace, which are not the driver's
   record(trace::Event::kUpstreamAlloc, rounded, rounded, block, stream);
   if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_POST))
     run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_POST, rounded, rounded, block, stream, GPUMEM_SUCCESS);
@@ -329,7 +330,7 @@ void* Pool::grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stre
     stats_.on_reserve(rounded);
     growth_.mapped_bytes += rounded;
     ++growth_.map_calls;
-    growth_.driver_ns += now_ns() - t0;
+    growth_.driver_ns += driver_ns;
     p = hand_out(c, size, stream);
   } catch (...) {
     done_growing();
