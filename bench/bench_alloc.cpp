@@ -941,15 +941,15 @@ void run_multi_stream(gpumem_allocator_t* device_pool, gpumem_allocator_t* cuda_
         bench_streams_row(gp, n, cross, streams, events, sizes, clock_ns);
         gpumem_pool_get_growth_info(device_pool, &g1);
         // What the pool's growth cost over the row, warm-up included: the driver work behind its time.
-        std::printf("# growth streams%d_%s: mapped %.1f MiB in %llu calls, moved %.1f MiB in %llu, %llu events, "
-                    "%.2f ms in the driver (%.0f ns a pair)\n",
-                    n, cross ? "cross" : "same", (g1.mapped_bytes - g0.mapped_bytes) / 1048576.0,
-                    static_cast<unsigned long long>(g1.map_calls - g0.map_calls),
-                    (g1.moved_bytes - g0.moved_bytes) / 1048576.0,
-                    static_cast<unsigned long long>(g1.move_calls - g0.move_calls),
-                    static_cast<unsigned long long>(g1.fences_recorded - g0.fences_recorded),
-                    (g1.driver_ns - g0.driver_ns) / 1e6,
-                    static_cast<double>(g1.driver_ns - g0.driver_ns) / (kStreamWarmIters + kStreamIters));
+        std::printf(
+            "# growth streams%d_%s: mapped %.1f MiB in %llu calls, moved %.1f MiB in %llu, %llu events, "
+            "%.2f ms in the driver (%.0f ns a pair)\n",
+            n, cross ? "cross" : "same", (g1.mapped_bytes - g0.mapped_bytes) / 1048576.0,
+            static_cast<unsigned long long>(g1.map_calls - g0.map_calls), (g1.moved_bytes - g0.moved_bytes) / 1048576.0,
+            static_cast<unsigned long long>(g1.move_calls - g0.move_calls),
+            static_cast<unsigned long long>(g1.fences_recorded - g0.fences_recorded),
+            (g1.driver_ns - g0.driver_ns) / 1e6,
+            static_cast<double>(g1.driver_ns - g0.driver_ns) / (kStreamWarmIters + kStreamIters));
         bench_streams_row(drv, n, cross, streams, events, sizes, clock_ns);
         if (cuda_pool) {
           GpumemCudaPool cp{cuda_pool};

@@ -62,8 +62,7 @@ int main(int argc, char** argv) {
     const int s = it % n;
     const size_t slot = static_cast<size_t>(s * kWindow + (it / n) % kWindow);
     void* p = nullptr;
-    if (!ok(gpumem_alloc(host, sizes[static_cast<size_t>(it) % sizes.size()], stream(s), &p), "gpumem_alloc"))
-      return 1;
+    if (!ok(gpumem_alloc(host, sizes[static_cast<size_t>(it) % sizes.size()], stream(s), &p), "gpumem_alloc")) return 1;
     if (ring[slot] && !ok(gpumem_free(host, ring[slot], stream(cross ? (s + 1) % n : s)), "gpumem_free")) return 1;
     ring[slot] = p;
   }

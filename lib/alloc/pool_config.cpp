@@ -10,8 +10,9 @@
 namespace gpumem::alloc {
 namespace {
 
-constexpr const char* kKeys = "backend (vm, classic or auto), map_unit (a size), range_size (a size), page_reclaim "
-                              "(true or false)";
+constexpr const char* kKeys =
+    "backend (vm, classic or auto), map_unit (a size), range_size (a size), page_reclaim "
+    "(true or false)";
 
 struct Settings {
   std::mutex mutex;

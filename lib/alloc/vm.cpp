@@ -132,12 +132,11 @@ void VmAllocator::set_access_and_record(uintptr_t p, size_t size, uintptr_t rang
   // The access is set until it matches peers_ as it is when the span is recorded: a change of
   // peer access made meanwhile did not see this span.
   for (;;) {
-    const CUresult r =
-        driver::api().cuMemSetAccess(static_cast<CUdeviceptr>(p), size, access.data(), access.size());
+    const CUresult r = driver::api().cuMemSetAccess(static_cast<CUdeviceptr>(p), size, access.data(), access.size());
     if (r != CUDA_SUCCESS)
-      driver::throw_result(r, format("cuMemSetAccess of %s bytes at %p for device %d and %zu peer%s",
-                                     grouped(size).c_str(), pointer(p), device(), access.size() - 1,
-                                     access.size() == 2 ? "" : "s"));
+      driver::throw_result(
+          r, format("cuMemSetAccess of %s bytes at %p for device %d and %zu peer%s", grouped(size).c_str(), pointer(p),
+                    device(), access.size() - 1, access.size() == 2 ? "" : "s"));
     std::lock_guard<SpinLock> lock(mutex_);
     if (generation == peer_generation_) {
       add_span(p, p + size, range);
@@ -531,7 +530,7 @@ Allocator* make_vm(const gpumem_vm_params_t& params, bool fine_default) {
          "least 512",
          device, grouped(granularity).c_str());
   const size_t unit = params.map_unit ? static_cast<size_t>(params.map_unit)
-                     : fine_default   ? granularity
+                      : fine_default  ? granularity
                                       : std::max(kDefaultMapUnit, granularity);
   if (unit % granularity != 0)
     fail(GPUMEM_ERROR_INVALID_ARGUMENT,

@@ -162,8 +162,8 @@ class Pool final : public alloc::Allocator {
   void finish_free(Chunk* chunk, bool undo, bool defer = false);
   // A free on the fast path is deferred: listed at its own size without merging, so that a
   // request of the same size takes it back whole, as from blocks of exact sizes, instead of
-  // splitting it off its neighbour again; the oldest of more than a few is merged. Whoever looks for more than one chunk's worth (the slow
-  // path, lending, returning or moving memory) merges the arena's deferred chunks first. Under
+  // splitting it off its neighbour again; the oldest of more than a few is merged. Whoever looks for more than one
+  // chunk's worth (the slow path, lending, returning or moving memory) merges the arena's deferred chunks first. Under
   // the arena's lock.
   void merge_deferred(Arena& arena);
   void merge_one(Arena& arena, Chunk* deferred);  // merges one deferred chunk with its free neighbours
@@ -266,10 +266,10 @@ class Pool final : public alloc::Allocator {
   // on each arena's stream, never waited for — so that free memory anywhere serves a request
   // anywhere and the pool maps new memory only for what no free unit can give.
   struct Donor {
-    Arena* arena;   // pinned until given back
-    Chunk* chunk;   // whole units, in transit
-    size_t moved;   // bytes from its start moved away (now holes)
-    Chunk* spare;   // for the split between what moved and what did not
+    Arena* arena;  // pinned until given back
+    Chunk* chunk;  // whole units, in transit
+    size_t moved;  // bytes from its start moved away (now holes)
+    Chunk* spare;  // for the split between what moved and what did not
   };
   // Takes up to want bytes (whole units) into donors, from other arenas first, oldest freed first.
   uint64_t take_pages(Arena& own, uint64_t want, std::vector<Donor>& donors) noexcept;
@@ -318,7 +318,7 @@ class Pool final : public alloc::Allocator {
   alignas(64) uint64_t limit_;
   uint64_t growing_ = 0;    // bytes being taken from the upstream right now, counted against the limit
   uint64_t addresses_ = 0;  // over ranges: bytes of addresses reserved
-  Growth growth_;  // under mutex_
+  Growth growth_;           // under mutex_
   // Adds the nanoseconds since t0 to growth_.driver_ns.
   void count_driver_time(uint64_t t0) noexcept;
   std::vector<Pending> pending_frees_;

@@ -40,11 +40,15 @@ void room_for_one(Vector& v) {
   if (v.size() == v.capacity()) v.reserve(v.capacity() < 8 ? 8 : 2 * v.capacity());
 }
 
+// Over ranges: an address rounded down and up to a unit (a power of two).
+inline uintptr_t align_down(uintptr_t x, size_t unit) { return x & ~(uintptr_t{unit} - 1); }
+inline uintptr_t align_up(uintptr_t x, size_t unit) { return align_down(x + unit - 1, unit); }
+
 // Nanoseconds on a steady clock, for the driver time of growth.
 inline uint64_t now_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 
 // Arena::allocs_seen of an arena no other stream has looked into yet.
@@ -81,8 +85,8 @@ struct Pool::Chunk {
   bool deferred;                       // free, not merged with its free neighbours yet: in the arena's deferred list
   Chunk* defer_prev;                   // in that list
   Chunk* defer_next;
-  uint64_t freed_at;                   // free: its arena's allocation count when it was freed
-  uint64_t freed_seq;                  // free: its arena's free_seq when it was last freed into (0: never used)
+  uint64_t freed_at;   // free: its arena's allocation count when it was freed
+  uint64_t freed_seq;  // free: its arena's free_seq when it was last freed into (0: never used)
 };
 
 // A fence recorded on an arena's stream, and the arena's free_seq then: once it completes, the GPU
@@ -124,9 +128,9 @@ struct alignas(64) Pool::Arena {
   std::array<Chunk*, kClasses> heads{};
   uint64_t free_blocks = 0;
   uint64_t free_bytes = 0;
-  Chunk* holes = nullptr;             // over ranges: the chunks of unmapped addresses, in no order
-  Chunk* deferred = nullptr;          // chunks freed without merging, newest first (see Pool::merge_deferred)
-  Chunk* deferred_last = nullptr;     // the oldest of them
+  Chunk* holes = nullptr;          // over ranges: the chunks of unmapped addresses, in no order
+  Chunk* deferred = nullptr;       // chunks freed without merging, newest first (see Pool::merge_deferred)
+  Chunk* deferred_last = nullptr;  // the oldest of them
   uint32_t deferred_count = 0;
   bool unfenceable = false;           // recording on its stream failed (destroyed by its owner): lend nothing
   uint64_t allocs_seen = kNeverSeen;  // allocs when another stream last looked for a block to take

@@ -11,12 +11,6 @@
 #include "pool/pool_parts.hpp"
 
 namespace gpumem::pool {
-namespace {
-
-uintptr_t align_down(uintptr_t x, size_t unit) { return x & ~(uintptr_t{unit} - 1); }
-uintptr_t align_up(uintptr_t x, size_t unit) { return align_down(x + unit - 1, unit); }
-
-}  // namespace
 
 void Pool::poll_fences(Arena& arena) {
   if (!order_) return;  // memory no stream's work touches is done once freed
@@ -233,8 +227,8 @@ uint64_t Pool::take_pages(Arena& own, uint64_t want, std::vector<Donor>& donors)
   return got;
 }
 
-uint64_t Pool::move_pages(std::vector<Donor>& donors, const std::vector<Chunk*>& transit, std::vector<size_t>& filled_of,
-                          std::exception_ptr& failure) {
+uint64_t Pool::move_pages(std::vector<Donor>& donors, const std::vector<Chunk*>& transit,
+                          std::vector<size_t>& filled_of, std::exception_ptr& failure) {
   uint64_t left = 0, moved_bytes = 0, moves = 0, lost_bytes = 0;
   size_t d = 0;
   const uint64_t t0 = now_ns();

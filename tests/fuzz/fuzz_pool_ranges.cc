@@ -1,11 +1,10 @@
 // The pool fuzzer over address ranges (one file of about a thousand lines: the decoder, the shadow
-// model and its checks read as one, and a fuzz target is one translation unit): random sequences of pool operations on a pool whose
-// segments grow in place over a caller's functions allocator (reserve, unreserve, map and unmap
-// callbacks over host memory reserved with mmap, or over bookkeeping alone), with page reclaim on
-// or off. Two kinds of pool: one made through the C API (no stream order: memory is done once
-// freed), and one made through the internal C++ API with a stream order whose fences complete when
-// the input says, sometimes lending across streams by fence (kFenceWait) or host wait. Its upstream
-// is then a thin watch over the functions allocator that tells the pool's moves (page reclaim)
+// model and its checks read as one, and a fuzz target is one translation unit): random sequences of pool operations on
+// a pool whose segments grow in place over a caller's functions allocator (reserve, unreserve, map and unmap callbacks
+// over host memory reserved with mmap, or over bookkeeping alone), with page reclaim on or off. Two kinds of pool: one
+// made through the C API (no stream order: memory is done once freed), and one made through the internal C++ API with a
+// stream order whose fences complete when the input says, sometimes lending across streams by fence (kFenceWait) or
+// host wait. Its upstream is then a thin watch over the functions allocator that tells the pool's moves (page reclaim)
 // from its unmaps, so that a move of memory the GPU may still use is caught where it happens.
 //
 // After every operation: Pool::check_invariants; the live blocks do not overlap, are mapped, keep

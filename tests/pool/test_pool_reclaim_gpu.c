@@ -385,8 +385,9 @@ static void test_pool_reclaim_gpu_out_of_memory_says_what_was_tried(void** state
   assert_detail_contains("out of memory allocating 25,165,824 bytes");
   assert_detail_contains("limit 33,554,432");
   assert_detail_contains("refused by the pool's limit");
-  assert_detail_contains("waited for the pending frees and for the streams' work on free memory, to move it, returned "
-                         "16,777,216 cached bytes and tried again");
+  assert_detail_contains(
+      "waited for the pending frees and for the streams' work on free memory, to move it, returned "
+      "16,777,216 cached bytes and tried again");
   assert_detail_contains("it would have taken a limit of at least 41,943,040 bytes");
   const gpumem_allocator_stats_t after = stats_of(f->pool);
   assert_int_equal(after.oom_count, stats.oom_count + 1);

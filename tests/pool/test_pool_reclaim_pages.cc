@@ -690,9 +690,9 @@ void out_of_memory_waits_for_the_free_memory_then_moves_it() {
   unsigned char* p = s.alloc(4 * kUnit, kS2);
   s.step(test);
   CHECK(p != nullptr);
-  CHECK(s.order.host_waits == 1);                   // S1's event, waited for
-  CHECK(s.order.reached(kS1) == s.order.queued[kS1]);  // and so S1's work is over
-  CHECK(s.reserved() == 8 * kUnit);                 // nothing new mapped
+  CHECK(s.order.host_waits == 1);                                           // S1's event, waited for
+  CHECK(s.order.reached(kS1) == s.order.queued[kS1]);                       // and so S1's work is over
+  CHECK(s.reserved() == 8 * kUnit);                                         // nothing new mapped
   CHECK(s.up.maps.size() - maps == 4 && s.up.unmaps.size() - unmaps == 4);  // 4 units moved
   CHECK(all_inside(s.up.unmaps, unmaps, b, 8 * kUnit) && all_inside(s.up.maps, maps, p, 4 * kUnit));
   const auto after = s.pool->growth();
