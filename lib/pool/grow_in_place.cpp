@@ -263,48 +263,29 @@ void Pool::place_in_transit(Arena& arena, size_t rounded, Placement& at, std::ve
 
 uint64_t Pool::map_holes(const std::vector<Chunk*>& transit, const std::vector<size_t>& filled_of, uint64_t bytes,
                          gpumem_stream_t stream, std::exception_ptr& failure) {
-  // Nothing to map (moved, or another thread's free made room meanwhile): no upstream call to tell of.
-  if (bytes && hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE))
-    run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE, bytes, bytes, nullptr, stream, GPUMEM_SUCCESS);
-  uint64_t mapped_bytes = 0, maps = 0;
-  void* first_mapped = nullptr;
-  uint64_t driver_ns = 0;
-  for (size_t i = 0; i < transit.size(); ++i) {
-    Chunk* c = transit[i];
-    if (failure) break;
-    if (!c->hole) continue;
-    const uintptr_t from = c->ptr + filled_of[i];
-    const size_t size = c->size - filled_of[i];
-    const uint64_t t1 = now_ns();
-    try {
-      ranges_->map(from, size);
-      driver_ns += now_ns() - t1;
-      record(trace::Event::kUpstreamAlloc, size, size, reinterpret_cast<void*>(from), stream);
-      c->hole = false;  // in transit, so no other thread reads it
-      mapped_bytes += size;
-      ++maps;
-      if (!first_mapped) first_mapped = reinterpret_cast<void*>(from);
-    } catch (...) {
-      driver_ns += now_ns() - t1;
-      failure = std::current_exception();
-    }
-  }
-  if (bytes && hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_POST)) {
-    gpumem_status_t st = GPUMEM_SUCCESS;
-    if (failure) {
-      try {
-        std::rethrow_exception(failure);
-      } catch (...) {
-        st = current_status();
+  // Nothing to map (moved, or another thread's free made room meanwhile): no upstream call to tell
+  // of; nor after a failed move, which the allocation fails with.
+  if (!bytes || failure) return 0;
+  uint64_t mapped_bytes = 0;
+  try {
+    from_upstream(bytes, stream, [&](uint64_t& mapped, uint64_t& maps) {
+      void* first = nullptr;
+      for (size_t i = 0; i < transit.size(); ++i) {
+        Chunk* c = transit[i];
+        if (!c->hole) continue;
+        const uintptr_t from = c->ptr + filled_of[i];
+        const size_t size = c->size - filled_of[i];
+        ranges_->map(from, size);  // what was mapped before a failure stays mapped, as free memory
+        record(trace::Event::kUpstreamAlloc, size, size, reinterpret_cast<void*>(from), stream);
+        c->hole = false;  // in transit, so no other thread reads it
+        mapped_bytes = mapped += size;
+        ++maps;
+        if (!first) first = reinterpret_cast<void*>(from);
       }
-    }
-    run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_POST, bytes, bytes, failure ? nullptr : first_mapped, stream, st);
-  }
-  if (maps || failure) {
-    std::lock_guard<SpinLock> lock(mutex_);
-    growth_.mapped_bytes += mapped_bytes;
-    growth_.map_calls += maps;
-    growth_.driver_ns += driver_ns;
+      return first;
+    });
+  } catch (...) {
+    failure = std::current_exception();
   }
   return mapped_bytes;
 }

@@ -281,23 +281,19 @@ void* Pool::grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stre
     std::lock_guard<SpinLock> lock(mutex_);
     growing_ -= rounded;
   };
-  if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE))
-    run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE, rounded, rounded, nullptr, stream, GPUMEM_SUCCESS);
   void* block = nullptr;
-  const uint64_t t0 = now_ns();
   try {
-    block = upstream_->allocate(rounded, stream);
+    block = from_upstream(rounded, stream, [&](uint64_t& bytes, uint64_t& calls) {
+      void* b = upstream_->allocate(rounded, stream);
+      bytes = rounded;
+      calls = 1;
+      return b;
+    });
   } catch (...) {
-    count_driver_time(t0);
     done_growing();
-    if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_POST))
-      run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_POST, rounded, rounded, nullptr, stream, current_status());
     throw;
   }
-  const uint64_t driver_ns = now_ns() - t0;  // before the hooks and the trace, which are not the driver's
   record(trace::Event::kUpstreamAlloc, rounded, rounded, block, stream);
-  if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_POST))
-    run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_POST, rounded, rounded, block, stream, GPUMEM_SUCCESS);
   const auto base = reinterpret_cast<uintptr_t>(block);
   bool refused = false;  // the upstream's block overlaps one the pool holds: not the pool's to give back
   void* p = nullptr;
@@ -328,9 +324,6 @@ void* Pool::grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stre
     if (stream_key(stream) == arena.key()) arena.unfenceable = false;
     growing_ -= rounded;
     stats_.on_reserve(rounded);
-    growth_.mapped_bytes += rounded;
-    ++growth_.map_calls;
-    growth_.driver_ns += driver_ns;
     p = hand_out(c, size, stream);
   } catch (...) {
     done_growing();

@@ -233,6 +233,8 @@ class Pool final : public alloc::Allocator {
   // over_limit, taking nothing, when a new range would be beyond the limit.
   void place_in_transit(Arena& arena, size_t rounded, Placement& at, std::vector<Chunk*>& transit,
                         std::vector<Chunk*>& spares, bool& over_limit);
+  template <class Work>
+  void* from_upstream(uint64_t asked, gpumem_stream_t stream, Work&& work);  // see pool_parts.hpp
   // Maps the holes among transit's chunks past what filled_of says is mapped already (bytes of
   // them), with the hooks and trace records of growth; a hole mapped to its end is marked mapped.
   // Stops at the first failure. Returns the bytes mapped.

@@ -216,6 +216,38 @@ struct Pool::ArenaTable {
   }
 };
 
+// Growth from the upstream, told to the hooks and counted in one place: work() takes memory from
+// the upstream (one allocation, or maps), adds the bytes and calls it made to bytes and calls, and
+// returns the first address taken; it throws what the upstream threw, after which the hooks are told
+// of the failure. asked is what the hooks are told is asked for. The driver time counted is work()'s.
+template <class Work>
+void* Pool::from_upstream(uint64_t asked, gpumem_stream_t stream, Work&& work) {
+  if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE))
+    run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_PRE, asked, asked, nullptr, stream, GPUMEM_SUCCESS);
+  uint64_t bytes = 0, calls = 0;
+  void* first = nullptr;
+  gpumem_status_t status = GPUMEM_SUCCESS;
+  std::exception_ptr failure;
+  const uint64_t t0 = now_ns();
+  try {
+    first = work(bytes, calls);
+  } catch (...) {
+    failure = std::current_exception();
+    status = current_status();
+  }
+  const uint64_t ns = now_ns() - t0;
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    growth_.mapped_bytes += bytes;
+    growth_.map_calls += calls;
+    growth_.driver_ns += ns;
+  }
+  if (hooked(GPUMEM_HOOK_UPSTREAM_ALLOC_POST))
+    run_hooks(GPUMEM_HOOK_UPSTREAM_ALLOC_POST, asked, asked, failure ? nullptr : first, stream, status);
+  if (failure) std::rethrow_exception(failure);
+  return first;
+}
+
 inline Pool::Arena* Pool::find_arena(uintptr_t key) const { return table_.load(std::memory_order_acquire)->find(key); }
 
 }  // namespace gpumem::pool
