@@ -249,8 +249,7 @@ void Pool::place_in_transit(Arena& arena, size_t rounded, Placement& at, std::ve
       }
       // A new range would not be mapped beyond the limit either: no addresses are reserved for
       // it, unless free memory elsewhere may be moved into it.
-      if (!reclaim_pages_.load(std::memory_order_relaxed) && limit_ &&
-          stats_.reserved + growing_ + align_up(rounded, ranges_->unit()) > limit_) {
+      if (!reclaim_pages_.load(std::memory_order_relaxed) && !within_limit(align_up(rounded, ranges_->unit()))) {
         over_limit = true;
         return;
       }
@@ -338,7 +337,7 @@ void* Pool::grow_in_place(Arena& arena, size_t size, size_t rounded, gpumem_stre
   const uint64_t fresh = at.to_map - std::min<uint64_t>(at.to_map, donated);
   {
     std::lock_guard<SpinLock> lock(mutex_);
-    over_limit = limit_ && stats_.reserved + growing_ + fresh > limit_;
+    over_limit = !within_limit(fresh);
     if (!over_limit) growing_ += fresh;
   }
   std::exception_ptr failure;

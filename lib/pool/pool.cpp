@@ -271,7 +271,7 @@ void* Pool::grow(Arena& arena, size_t size, size_t rounded, gpumem_stream_t stre
   if (ranges_) return grow_in_place(arena, size, rounded, stream, over_limit);
   {
     std::lock_guard<SpinLock> lock(mutex_);
-    if (limit_ && (stats_.reserved + growing_ + rounded > limit_ || rounded > limit_)) {
+    if (!within_limit(rounded)) {
       over_limit = true;
       return nullptr;
     }

@@ -235,6 +235,11 @@ class Pool final : public alloc::Allocator {
                         std::vector<Chunk*>& spares, bool& over_limit);
   template <class Work>
   void* from_upstream(uint64_t asked, gpumem_stream_t stream, Work&& work);  // see pool_parts.hpp
+  // The limit's check of growth, for both kinds: whether bytes more may be taken from the upstream
+  // beside what the pool holds and what other threads are taking; under mutex_.
+  bool within_limit(uint64_t bytes) const {
+    return !limit_ || (bytes <= limit_ && stats_.reserved + growing_ + bytes <= limit_);
+  }
   // Maps the holes among transit's chunks past what filled_of says is mapped already (bytes of
   // them), with the hooks and trace records of growth; a hole mapped to its end is marked mapped.
   // Stops at the first failure. Returns the bytes mapped.
