@@ -297,7 +297,10 @@ class Pool final : public alloc::Allocator {
   // Out of memory over ranges: the host waits for the events that cover each arena's free memory
   // (each stream's work, not the device's), so that growth may move all of it. True if any did.
   bool wait_for_free_pages();
-  // Releases the arena's fences; under its lock, when it holds nothing (retired, or the pool going).
+  // Under the arena's lock: takes its fence if it is still f (another thread may have taken it),
+  // moving done_seq up to what it covered if done. True if it took it.
+  bool retire_fence(Arena& arena, alloc::StreamOrder::Fence f, bool done) noexcept;
+  // Releases the arena's fence; under its lock, when it holds nothing (retired, or the pool going).
   void drop_fences(Arena& arena) noexcept;
   void reserve_range(Arena& arena);
   // Throws OUT_OF_MEMORY with where the held bytes are and what would have served the request.

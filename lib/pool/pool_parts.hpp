@@ -92,13 +92,9 @@ struct Pool::Chunk {
 // A fence recorded on an arena's stream, and the arena's free_seq then: once it completes, the GPU
 // is done with every chunk freed up to that count.
 struct FencePoint {
-  alloc::StreamOrder::Fence fence;
+  alloc::StreamOrder::Fence fence;  // NULL: none in flight
   uint64_t seq;
 };
-// Fences in flight per arena: one, so that growth on a busy GPU records an event only once the last
-// completed, rather than on every growth (measured: a GPT-style step spent 5.5 ms in growth's driver
-// calls with four).
-constexpr int kFencePoints = 1;
 
 // Aligned to a cache line so that one thread's arena shares no line with another's. An arena that
 // holds nothing is retired and its object kept for the next new stream: threads that found it
@@ -146,8 +142,10 @@ struct alignas(64) Pool::Arena {
   // Page reclaim (reclaim.cpp): frees into the lists are counted, and the GPU is known to be done
   // with each free chunk whose freed_seq is at most done_seq, which fences on the stream advance.
   uint64_t free_seq = 0, done_seq = 0;
-  std::array<FencePoint, kFencePoints> fences{};
-  int fence_count = 0;
+  // One fence in flight at a time, so that growth on a busy GPU records an event only once the
+  // last completed, rather than on every growth (a GPT-style step spent 5.5 ms in growth's driver
+  // calls with up to four).
+  FencePoint fence{};
 
   // The first non-empty class at or above c, or -1.
   int find_from(int c) const {

@@ -12,41 +12,35 @@
 
 namespace gpumem::pool {
 
+bool Pool::retire_fence(Arena& arena, alloc::StreamOrder::Fence f, bool done) noexcept {
+  if (arena.fence.fence != f) return false;
+  if (done) arena.done_seq = std::max(arena.done_seq, arena.fence.seq);
+  arena.fence = {};
+  order_->release(f);  // no driver call: back to the order's own list
+  return true;
+}
+
 void Pool::poll_fences(Arena& arena) {
   if (!order_) return;  // memory no stream's work touches is done once freed
-  for (;;) {
-    FencePoint oldest;
-    {
-      std::lock_guard<SpinLock> lock(arena.lock);
-      if (!arena.fence_count) return;
-      oldest = arena.fences[0];
-    }
-    bool done = false, failed = false;
-    const uint64_t t0 = now_ns();
-    try {
-      done = order_->query(oldest.fence);
-    } catch (...) {
-      // Its stream is gone (destroyed by its owner), or its event was captured into a graph: what
-      // it covers cannot be told. The fence goes, done_seq stays, and a later growth fences anew.
-      failed = true;
-    }
-    count_driver_time(t0);
-    if (failed) {
-      std::lock_guard<SpinLock> lock(arena.lock);
-      if (arena.fence_count && arena.fences[0].fence == oldest.fence) {
-        std::move(arena.fences.begin() + 1, arena.fences.begin() + arena.fence_count, arena.fences.begin());
-        --arena.fence_count;
-        order_->release(oldest.fence);
-      }
-      return;
-    }
-    if (!done) return;
+  FencePoint f;
+  {
     std::lock_guard<SpinLock> lock(arena.lock);
-    if (!arena.fence_count || arena.fences[0].fence != oldest.fence) continue;  // another thread took it
-    arena.done_seq = std::max(arena.done_seq, oldest.seq);
-    std::move(arena.fences.begin() + 1, arena.fences.begin() + arena.fence_count, arena.fences.begin());
-    --arena.fence_count;
-    order_->release(oldest.fence);  // no driver call: back to the order's own list
+    f = arena.fence;
+  }
+  if (!f.fence) return;
+  bool done = false, failed = false;
+  const uint64_t t0 = now_ns();
+  try {
+    done = order_->query(f.fence);
+  } catch (...) {
+    // Its stream is gone (destroyed by its owner), or its event was captured into a graph: what it
+    // covers cannot be told. The fence goes, done_seq stays, and a later growth fences anew.
+    failed = true;
+  }
+  count_driver_time(t0);
+  if (done || failed) {
+    std::lock_guard<SpinLock> lock(arena.lock);
+    retire_fence(arena, f.fence, done);
   }
 }
 
@@ -62,8 +56,8 @@ Growth Pool::growth() {
 }
 
 void Pool::drop_fences(Arena& arena) noexcept {
-  for (int i = 0; i < arena.fence_count; ++i) order_->release(arena.fences[i].fence);
-  arena.fence_count = 0;
+  if (arena.fence.fence) order_->release(arena.fence.fence);
+  arena.fence = {};
   arena.done_seq = arena.free_seq;  // it holds no free memory
 }
 
@@ -75,8 +69,7 @@ void Pool::fence_free_pages(Arena& arena) {
   uint64_t seq;
   {
     std::lock_guard<SpinLock> lock(arena.lock);
-    const uint64_t fenced = arena.fence_count ? arena.fences[arena.fence_count - 1].seq : arena.done_seq;
-    if (arena.fence_count == kFencePoints || arena.unfenceable || arena.free_seq == fenced ||
+    if (arena.fence.fence || arena.unfenceable || arena.free_seq == arena.done_seq ||
         arena.free_bytes < ranges_->unit())
       return;
     seq = arena.free_seq;  // read before the fence is recorded: it covers every free up to here
@@ -99,9 +92,8 @@ void Pool::fence_free_pages(Arena& arena) {
   }
   {
     std::lock_guard<SpinLock> lock(arena.lock);
-    const uint64_t fenced = arena.fence_count ? arena.fences[arena.fence_count - 1].seq : 0;
-    if (arena.fence_count < kFencePoints && arena.key() == stream_key(stream) && seq > fenced) {
-      arena.fences[arena.fence_count++] = FencePoint{fence, seq};
+    if (!arena.fence.fence && arena.key() == stream_key(stream)) {
+      arena.fence = FencePoint{fence, seq};
       return;
     }
   }
@@ -130,8 +122,7 @@ uint64_t Pool::take_pages_from(Arena& arena, uint64_t want, std::vector<Donor>& 
   }
   // Everything that can fail comes first: three chunks for each (below, above, and the split
   // between what moves and what does not).
-  room_for_one(donors);
-  donors.reserve(donors.size() + used);
+  if (donors.size() + used > donors.capacity()) donors.reserve(std::max(donors.size() + used, 2 * donors.capacity()));
   std::vector<Chunk*> fresh = fresh_chunks(arena, 3 * used);
   got = 0;
   for (size_t i = 0; i < used; ++i) {
@@ -172,27 +163,20 @@ bool Pool::wait_for_free_pages() {
   for (Arena* a : arenas) {
     try {
       fence_free_pages(*a);
-      for (;;) {
-        FencePoint oldest;
-        {
-          std::lock_guard<SpinLock> lock(a->lock);
-          if (!a->fence_count) break;
-          oldest = a->fences[0];
-        }
-        bool failed = false;
+      FencePoint f;
+      {
+        std::lock_guard<SpinLock> lock(a->lock);
+        f = a->fence;
+      }
+      if (f.fence) {
+        bool done = true;
         try {
-          order_->synchronize(oldest.fence);  // this stream's work, not the device's
+          order_->synchronize(f.fence);  // this stream's work, not the device's
         } catch (...) {
-          failed = true;  // as in poll_fences: the fence goes, and what it covered stays
+          done = false;  // as in poll_fences: the fence goes, and what it covered stays
         }
         std::lock_guard<SpinLock> lock(a->lock);
-        if (!a->fence_count || a->fences[0].fence != oldest.fence) continue;  // another thread took it
-        if (!failed) a->done_seq = std::max(a->done_seq, oldest.seq);
-        std::move(a->fences.begin() + 1, a->fences.begin() + a->fence_count, a->fences.begin());
-        --a->fence_count;
-        order_->release(oldest.fence);
-        advanced |= !failed;
-        if (failed) break;
+        advanced |= retire_fence(*a, f.fence, done) && done;
       }
     } catch (...) {
       // A stream that cannot be waited for (destroyed by its owner): its free memory stays.
