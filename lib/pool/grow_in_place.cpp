@@ -79,27 +79,22 @@ Pool::Chunk* Pool::cut_out(Arena& arena, Chunk* c, uintptr_t lo, uintptr_t hi, s
 Pool::Chunk* Pool::settle_chunk(Arena& arena, Chunk* c, bool hole) {
   c->in_use = c->pending = false;
   c->hole = hole;
-  if (hole) c->freed_seq = 0;  // memory mapped here later is new to the GPU
-  const auto same = [hole](const Chunk* n) { return n && !n->in_use && n->hole == hole; };
-  const auto unlist = [&](Chunk* n) { hole ? remove_hole(arena, n) : remove_free(arena, n); };
-  // A merged chunk is as recently used as the most recent of its parts.
-  for (Chunk* n = c->next; same(n); n = c->next) {
-    unlist(n);
-    c->freed_seq = std::max(c->freed_seq, n->freed_seq);
+  if (!hole) {
+    Chunk* merged = merge_and_list(arena, c);
+    merged->freed_at = arena.allocs;
+    return merged;
+  }
+  c->freed_seq = 0;  // memory mapped here later is new to the GPU
+  for (Chunk* n = c->next; n && !n->in_use && n->hole; n = c->next) {
+    remove_hole(arena, n);
     absorb(arena, c, n);
   }
-  for (Chunk* pv = c->prev; same(pv); pv = c->prev) {
-    unlist(pv);
-    pv->freed_seq = std::max(pv->freed_seq, c->freed_seq);
+  for (Chunk* pv = c->prev; pv && !pv->in_use && pv->hole; pv = c->prev) {
+    remove_hole(arena, pv);
     absorb(arena, pv, c);
     c = pv;
   }
-  if (hole) {
-    insert_hole(arena, c);
-  } else {
-    c->freed_at = arena.allocs;
-    insert_free(arena, c, size_class(c->size));
-  }
+  insert_hole(arena, c);
   return c;
 }
 
