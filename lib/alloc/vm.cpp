@@ -10,13 +10,6 @@
 namespace gpumem::alloc {
 namespace {
 
-CUmemAccessDesc access_of(int device, bool read_write) {
-  CUmemAccessDesc desc{};
-  desc.location = driver::device_location(device);
-  desc.flags = read_write ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
-  return desc;
-}
-
 // Each physical allocation costs a driver call of about 40 us whatever its size up to about this
 // (measured on an H200: 4 GiB maps in 85 ms in 2 MiB units, in 7 ms in 32 MiB units), so a pool
 // maps this much at a time unless told otherwise, as PyTorch's expandable segments map 20 MiB.

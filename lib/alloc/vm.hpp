@@ -15,6 +15,9 @@
 
 namespace gpumem::alloc {
 
+// One device's access to mapped memory, read-write or none (vm_access.cpp).
+CUmemAccessDesc access_of(int device, bool read_write);
+
 class VmAllocator final : public RawAllocator, public Ranges {
  public:
   // unit: a power of two and a multiple of granularity, the device's; range_size: a multiple of unit.

@@ -3,14 +3,14 @@
 #include "alloc/vm.hpp"
 
 namespace gpumem::alloc {
-namespace {
-
 CUmemAccessDesc access_of(int device, bool read_write) {
   CUmemAccessDesc desc{};
   desc.location = driver::device_location(device);
   desc.flags = read_write ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
   return desc;
 }
+
+namespace {
 
 void* pointer(uintptr_t p) { return reinterpret_cast<void*>(p); }
 
