@@ -167,16 +167,47 @@ def parse_row(line):
     return row
 
 
+def schedule(run_names, configs, repeat):
+    """(run, configuration) in the order the children run: for each run, `repeat` rounds over the
+    configurations, round k starting at the k-th, so that no configuration always runs first (step
+    times on the lent machine drift by 10% between processes; a ratio of one round is noise)."""
+    for run in run_names:
+        for k in range(repeat):
+            for i in range(len(configs)):
+                yield run, configs[(k + i) % len(configs)]
+
+
+def merge_repeats(rows):
+    """One row per (run, configuration): the round with the median step time, with every round's
+    step time in `ms_runs` and the largest memory figures of any round."""
+    merged = {}
+    for r in rows:
+        merged.setdefault((r["run"], r["config"]), []).append(r)
+    out = []
+    for group in merged.values():
+        ordered = sorted(group, key=lambda r: float(r["ms_per_step"]))
+        row = dict(ordered[(len(ordered) - 1) // 2])
+        for key in ("peak_reserved", "driver_peak"):
+            row[key] = str(max(int(r[key]) for r in group))
+        for key in ("reserved_ratio", "driver_ratio"):
+            row[key] = str(max(float(r[key]) for r in group))
+        row["ms_runs"] = " / ".join(f"{float(r['ms_per_step']):.1f}" for r in group)
+        out.append(row)
+    return out
+
+
 def print_table(rows):
     print()
     print("| run | configuration | peak live MiB | peak reserved MiB | reserved/live | driver peak MiB | driver/live "
-          "| ms/step | first step ms | pool driver ms/step | moved MiB/step |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| ms/step | step ÷ torch | ms/step, each round | first step ms | pool driver ms/step | moved MiB/step |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    torch_ms = {r["run"]: float(r["ms_per_step"]) for r in rows if r["config"] == "torch"}
     for r in rows:
         print(f"| {r['run']} | {CONFIGS[r['config']][0]} | {int(r['peak_live']) / MiB:.1f} "
               f"| {int(r['peak_reserved']) / MiB:.1f} | {float(r['reserved_ratio']):.3f} "
               f"| {int(r['driver_peak']) / MiB:.1f} | {float(r['driver_ratio']):.3f} "
-              f"| {float(r['ms_per_step']):.1f} | {float(r['first_step_ms']):.1f} "
+              f"| {float(r['ms_per_step']):.1f} | {step_ratio(r, torch_ms)} | {r['ms_runs']} "
+              f"| {float(r['first_step_ms']):.1f} "
               f"| {r.get('driver_ms_per_step', '-')} | {r.get('moved_mib_per_step', '-')} |")
     print()
     for note in (
@@ -186,10 +217,17 @@ def print_table(rows):
             "peak reserved: torch.cuda.max_memory_reserved, or the pool's peak_bytes_reserved.",
             "driver peak: the most device memory in use (cudaMemGetInfo, polled) beyond what was in use once CUDA, "
             "cuBLAS and cuDNN were loaded; a lower bound, and it counts kernels loaded during the run.",
-            "ms/step: the mean of the steps after the first, each timed to a synchronize; first step: the first.",
+            "ms/step: the mean of the steps after the first, each timed to a synchronize, in the round with the "
+            "median (--repeat rounds, each in another order); step ÷ torch: that over PyTorch's allocator's; "
+            "first step: the first, in that round. Memory figures: the largest of any round.",
             "pool driver ms/step, moved MiB/step: gpumem_pool_get_growth_info over the run, per step: the time the "
             "pool spent in its upstream's calls and its events, and the bytes page reclaim moved."):
         print(f"- {note}")
+
+
+def step_ratio(row, torch_ms):
+    base = torch_ms.get(row["run"])
+    return f"{float(row['ms_per_step']) / base:.3f}" if base else "-"
 
 
 def main(argv):
@@ -200,11 +238,16 @@ def main(argv):
     p.add_argument("--runs", default=",".join(RUNS), help="comma-separated: gpt, resnet")
     p.add_argument("--configs", default=",".join(CONFIGS),
                    help="comma-separated: torch, torch expandable, gpumem pool, gpumem pool vm (or with _)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="rounds over the configurations, each round in another order (default 1); the table "
+                   "gives each configuration's median step time and every round's")
     p.add_argument("--timeout", type=float, default=600, help="seconds a run may take (default 600)")
     p.add_argument("--child", nargs=2, metavar=("RUN", "CONFIG"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.steps < 1:
         p.error("--steps must be at least 1")
+    if a.repeat < 1:
+        p.error("--repeat must be at least 1")
     run_names = [r.strip() for r in a.runs.split(",") if r.strip()]
     configs = [config_id(c) for c in a.configs.split(",") if c.strip()]
     for r in run_names:
@@ -229,40 +272,39 @@ def main(argv):
         p.error(f"--library {a.library}: no such file")
 
     rows, failed, device_line = [], 0, None
-    for run in run_names:
-        for cfg in configs:
-            env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
-            env.update(CONFIGS[cfg][1])
-            if library:
-                env["GPUMEM_LIBRARY"] = library
-            cmd = [sys.executable, os.path.abspath(__file__), "--child", run, cfg, "--steps", str(a.steps)]
-            try:
-                done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, timeout=a.timeout)
-            except subprocess.TimeoutExpired:
-                print(f"FAIL {run} {cfg}: no result within {a.timeout:g} s", flush=True)
-                failed += 1
-                continue
-            row = None
-            for line in done.stdout.splitlines():
-                if line.startswith("DROPIN "):
-                    row = parse_row(line)
+    for run, cfg in schedule(run_names, configs, a.repeat):
+        env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
+        env.update(CONFIGS[cfg][1])
+        if library:
+            env["GPUMEM_LIBRARY"] = library
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", run, cfg, "--steps", str(a.steps)]
+        try:
+            done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, timeout=a.timeout)
+        except subprocess.TimeoutExpired:
+            print(f"FAIL {run} {cfg}: no result within {a.timeout:g} s", flush=True)
+            failed += 1
+            continue
+        row = None
+        for line in done.stdout.splitlines():
+            if line.startswith("DROPIN "):
+                row = parse_row(line)
+                print(line, flush=True)
+            elif line.startswith("# device"):
+                if device_line is None:
+                    device_line = line
                     print(line, flush=True)
-                elif line.startswith("# device"):
-                    if device_line is None:
-                        device_line = line
-                        print(line, flush=True)
-                else:
-                    print(line, flush=True)
-            if row is None:
-                print(f"FAIL {run} {cfg}: exit status {done.returncode} and no DROPIN line (its stderr is above)",
-                      flush=True)
-                failed += 1
-                continue
-            if done.returncode != 0:
-                print(f"# note: {run} {cfg} exited with status {done.returncode} after its DROPIN line", flush=True)
-            rows.append(row)
+            else:
+                print(line, flush=True)
+        if row is None:
+            print(f"FAIL {run} {cfg}: exit status {done.returncode} and no DROPIN line (its stderr is above)",
+                  flush=True)
+            failed += 1
+            continue
+        if done.returncode != 0:
+            print(f"# note: {run} {cfg} exited with status {done.returncode} after its DROPIN line", flush=True)
+        rows.append(row)
     if rows:
-        print_table(rows)
+        print_table(merge_repeats(rows))
     return 1 if failed else 0
 
 
