@@ -1,6 +1,7 @@
 #include "alloc/defaults.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -22,7 +23,7 @@ struct Defaults {
 };
 
 // Leaked on purpose: memory may be freed through the defaults during process exit.
-Defaults& defaults(int device) {
+Defaults& all_defaults() {
   static Defaults* d = [] {
     const int devices = driver::device_count();  // may throw: before anything is made
     auto* made = new Defaults;
@@ -31,9 +32,14 @@ Defaults& defaults(int device) {
     made->defaults = std::make_unique<std::atomic<Allocator*>[]>(static_cast<size_t>(made->devices));
     return made;
   }();
-  // The count is the driver's, read once: only a device out of range asks it again, for the detail.
-  if (device < 0 || device >= d->devices) driver::require_device(device);
   return *d;
+}
+
+Defaults& defaults(int device) {
+  Defaults& d = all_defaults();
+  // The count is the driver's, read once: only a device out of range asks it again, for the detail.
+  if (device < 0 || device >= d.devices) driver::require_device(device);
+  return d;
 }
 
 // The thread's override, given back when the thread ends so the allocator can be destroyed.
@@ -46,9 +52,15 @@ thread_local ThreadOverride thread_override;
 // runs no initialization guard. (The initial-exec TLS model would save the __tls_get_addr call too,
 // but would make the library need static TLS, which a dlopen may then fail to find.)
 thread_local Allocator* thread_override_fast = nullptr;
+// Threads whose override is set. While none is, a NULL allocator reads no thread-local at all (a
+// __tls_get_addr call each); a thread always sees its own count, so relaxed order does.
+std::atomic<int> threads_overriding{0};
 
 ThreadOverride::~ThreadOverride() {
-  if (allocator) allocator->unretain();
+  if (allocator) {
+    allocator->unretain();
+    threads_overriding.fetch_sub(1, std::memory_order_relaxed);
+  }
   allocator = nullptr;  // a later thread-exit free through NULL must not use it
   thread_override_fast = nullptr;
 }
@@ -97,10 +109,13 @@ Allocator* device_pool_upstream(int device, const PoolConfig& config) {
 }  // namespace
 
 Allocator* current_default() {
-  if (Allocator* a = thread_override_fast) return a;
+  if (threads_overriding.load(std::memory_order_relaxed) != 0)
+    if (Allocator* a = thread_override_fast) return a;
   // get_default() and device_pool() in one: every gpumem_alloc(NULL, ...) and free runs this.
-  const int device = driver::current_device();
-  Defaults& d = defaults(device);
+  // With one device, every context is device 0's: no driver call (one costs 15-70 ns on the H200).
+  Defaults& d = all_defaults();
+  const int device = d.devices == 1 ? 0 : driver::current_device();
+  if (device >= d.devices) driver::require_device(device);
   if (Allocator* a = d.defaults[static_cast<size_t>(device)].load(std::memory_order_acquire)) return a;
   if (Allocator* pool = d.pools[static_cast<size_t>(device)].load(std::memory_order_acquire)) return pool;
   return device_pool(device);
@@ -142,6 +157,7 @@ Allocator* set_thread(Allocator* allocator) {
   Allocator* old = thread_override.allocator;
   thread_override.allocator = allocator;
   thread_override_fast = allocator;
+  threads_overriding.fetch_add((allocator != nullptr) - (old != nullptr), std::memory_order_relaxed);
   if (old) old->unretain();
   return old;
 }
