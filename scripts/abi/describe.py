@@ -416,14 +416,14 @@ def dumps(value, indent=0):
     return pad + json.dumps(value)
 
 
-def generate(version_header_dir=None, map_path=ROOT / "lib" / "gpumem.map"):
+def generate(version_header_dir=None, map_path=ROOT / "lib" / "gpumem.map", include_dir=ROOT / "include"):
     """The description as text. Raises Missing or ValueError."""
     cindex = load_cindex()
     with tempfile.TemporaryDirectory() as tmp:
         if version_header_dir is None or not (pathlib.Path(version_header_dir) / "gpumem" / "gpumem_version.h").exists():
             configure_version_header(tmp)
             version_header_dir = tmp
-        describer = Describer(cindex, [ROOT / "include", version_header_dir])
+        describer = Describer(cindex, [include_dir, version_header_dir])
         return dumps(describer.describe(map_path)) + "\n"
 
 
