@@ -1,6 +1,7 @@
 # The C ABI of libgpumem as Julia sees it: loading the library, the constants, the structs and one
 # `ccall` per exported function, each named and typed as in include/gpumem/*.h. Names are the C
-# names, so that bindings/julia/check_ccalls.py can check every declaration here against the headers.
+# names, so that scripts/abi/check_bindings.py can check every declaration here against the ABI
+# description (abi/gpumem-abi.json).
 # These functions return the status; the rest of the package passes it to `check`.
 
 ## Loading

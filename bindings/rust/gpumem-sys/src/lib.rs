@@ -10,8 +10,9 @@
 //! The documentation is the headers': items come in sections named after the header that
 //! declares them (`// pool.h`), in its order, and each one's meaning, contract, statuses and
 //! thread-safety phrase are in that header's Doxygen, under the same name. Every function is
-//! `unsafe`. The `gpumem` crate is the safe interface. The `header` test compiles these
-//! declarations against the headers, so a mismatch fails the build's tests.
+//! `unsafe`. The `gpumem` crate is the safe interface. `scripts/abi/check_bindings.py` (the
+//! test `abi_bindings`) checks these declarations against the ABI description made from the
+//! headers (`abi/gpumem-abi.json`), so a mismatch fails the build's tests.
 
 #![allow(non_camel_case_types)]
 // Each item's documentation is its header's, under the same name (see above).
