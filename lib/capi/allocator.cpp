@@ -1,7 +1,7 @@
 // Allocators at the C boundary.
-#include "alloc/defaults.hpp"
 #include "alloc/raw.hpp"
 #include "capi/guard.hpp"
+#include "defaults/defaults.hpp"
 #include "pool/pool.hpp"
 
 using gpumem::require;

@@ -1,8 +1,8 @@
 // Other libraries' allocator entry points at the C boundary: PyTorch's pluggable allocator and
 // CuPy's C-function allocator. They are gpumem_alloc() and gpumem_free() with those libraries'
 // signatures, so a NULL or nothing is all they answer.
-#include "alloc/defaults.hpp"
 #include "capi/guard.hpp"
+#include "defaults/defaults.hpp"
 #include "gpumem/cupy.h"
 #include "gpumem/torch.h"
 #include "pool/pool.hpp"

@@ -6,9 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "alloc/defaults.hpp"
-#include "alloc/pool_config.hpp"
 #include "capi/guard.hpp"
+#include "core/size_text.hpp"
+#include "defaults/defaults.hpp"
+#include "defaults/pool_config.hpp"
 #include "driver/device.hpp"
 #include "pool/pool.hpp"
 
@@ -65,7 +66,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_create(const gpumem_pool_params_t* params
     if (params->limit_fraction != 0) {
       limit = limit_of_fraction(upstream->device(), params->limit_fraction);
     } else if (!limit && upstream->device() >= 0) {
-      limit = gpumem::pool::limit_from_environment(gpumem::driver::device_total_memory, upstream->device());
+      limit = gpumem::limit_from_environment(gpumem::driver::device_total_memory, upstream->device());
     }
     *out_pool = new Pool(upstream, limit);
   });

@@ -4,9 +4,9 @@
 #include <memory>
 #include <string>
 
-#include "alloc/defaults.hpp"
 #include "capi/guard.hpp"
 #include "core/keep.hpp"
+#include "defaults/defaults.hpp"
 #include "gpumem/trace.h"
 
 using gpumem::fail;

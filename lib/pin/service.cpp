@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/size_text.hpp"
 #include "memory/memory.hpp"
-#include "pool/pool.hpp"
 
 namespace gpumem::pin {
 namespace {
@@ -43,7 +43,7 @@ uint64_t budget_from_environment() {
   const char* text = std::getenv("GPUMEM_PIN_CACHE");
   if (!text || !*text) return kDefaultBudget;
   if (std::strcmp(text, "0") == 0) return 0;
-  return pool::parse_limit("GPUMEM_PIN_CACHE", text, nullptr, -1);
+  return parse_size("GPUMEM_PIN_CACHE", text, nullptr, -1);
 }
 
 }  // namespace

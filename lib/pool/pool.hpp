@@ -341,11 +341,4 @@ class Pool final : public alloc::Allocator {
   std::vector<std::unique_ptr<ArenaTable>> tables_;   // the current one last; older ones kept for readers
 };
 
-// The limit from GPUMEM_GPU_MEMORY_LIMIT, 0 if unset; device_total is asked only for a percentage.
-// Throws on a value it cannot read.
-uint64_t limit_from_environment(uint64_t (*device_total)(int device), int device);
-// Parses the value of an environment variable: "1073741824", "8GiB", "512MB", or "50%" of
-// device_total (refused when device_total is NULL).
-uint64_t parse_limit(const char* variable, const char* text, uint64_t (*device_total)(int device), int device);
-
 }  // namespace gpumem::pool

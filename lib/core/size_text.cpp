@@ -1,13 +1,16 @@
-// GPUMEM_GPU_MEMORY_LIMIT: "1073741824", "8GiB", "512MB", "50%".
+// Sizes written in environment variables and configuration strings: "1073741824", "8GiB",
+// "512MB", and for GPUMEM_GPU_MEMORY_LIMIT "50%".
+#include "core/size_text.hpp"
+
 #include <strings.h>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 
-#include "pool/pool.hpp"
+#include "core/error.hpp"
 
-namespace gpumem::pool {
+namespace gpumem {
 namespace {
 
 struct Unit {
@@ -27,7 +30,7 @@ constexpr Unit kUnits[] = {
 
 }  // namespace
 
-uint64_t parse_limit(const char* variable, const char* text, uint64_t (*device_total)(int device), int device) {
+uint64_t parse_size(const char* variable, const char* text, uint64_t (*device_total)(int device), int device) {
   errno = 0;
   char* end = nullptr;
   const double value = std::strtod(text, &end);
@@ -53,7 +56,7 @@ uint64_t parse_limit(const char* variable, const char* text, uint64_t (*device_t
 uint64_t limit_from_environment(uint64_t (*device_total)(int device), int device) {
   const char* text = std::getenv("GPUMEM_GPU_MEMORY_LIMIT");
   if (!text || !*text) return 0;
-  return parse_limit("GPUMEM_GPU_MEMORY_LIMIT", text, device_total, device);
+  return parse_size("GPUMEM_GPU_MEMORY_LIMIT", text, device_total, device);
 }
 
-}  // namespace gpumem::pool
+}  // namespace gpumem

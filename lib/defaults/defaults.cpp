@@ -1,13 +1,14 @@
-#include "alloc/defaults.hpp"
+#include "defaults/defaults.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <memory>
 #include <vector>
 
-#include "alloc/pool_config.hpp"
 #include "alloc/raw.hpp"
 #include "alloc/vm.hpp"
+#include "core/size_text.hpp"
+#include "defaults/pool_config.hpp"
 #include "driver/device.hpp"
 #include "driver/driver.hpp"
 #include "pool/pool.hpp"
@@ -128,7 +129,7 @@ Allocator* device_pool(int device) {
   std::lock_guard<std::mutex> lock(d.mutex);
   if (Allocator* pool = slot.load(std::memory_order_relaxed)) return pool;
   const PoolConfig config = device_pool_config(device);
-  const uint64_t limit = pool::limit_from_environment(driver::device_total_memory, device);
+  const uint64_t limit = limit_from_environment(driver::device_total_memory, device);
   std::unique_ptr<Allocator> upstream(device_pool_upstream(device, config));
   upstream->make_permanent();
   auto made = std::make_unique<pool::Pool>(upstream.get(), limit);

@@ -1,11 +1,11 @@
-#include "alloc/pool_config.hpp"
+#include "defaults/pool_config.hpp"
 
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 
 #include "core/error.hpp"
-#include "pool/pool.hpp"
+#include "core/size_text.hpp"
 
 namespace gpumem::alloc {
 namespace {
@@ -57,7 +57,7 @@ PoolConfig parse_pool_config(const char* source, const char* text, PoolConfig ou
         fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s: \"%s\" is not vm, classic or auto", where.c_str(), value.c_str());
       }
     } else if (key == "map_unit" || key == "range_size") {
-      const uint64_t bytes = pool::parse_limit(where.c_str(), value.c_str(), nullptr, 0);
+      const uint64_t bytes = parse_size(where.c_str(), value.c_str(), nullptr, 0);
       (key == "map_unit" ? out.map_unit : out.range_size) = bytes;
     } else if (key == "page_reclaim") {
       out.page_reclaim = read_bool(where, value);
