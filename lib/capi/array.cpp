@@ -8,10 +8,7 @@ using gpumem::capi::guard;
 extern "C" {
 
 GPUMEM_API gpumem_status_t gpumem_array_desc_init(gpumem_array_desc_t* desc, size_t struct_size) {
-  return guard([&] {
-    gpumem::capi::init_struct(desc, "desc", struct_size, "gpumem_array_desc_t",
-                              gpumem_array_desc_t GPUMEM_ARRAY_DESC_INIT);
-  });
+  return guard([&] { gpumem::capi::init_struct(desc, "desc", struct_size); });
 }
 
 GPUMEM_API gpumem_status_t gpumem_array_create(const gpumem_array_desc_t* desc, gpumem_array_t** out_array) {

@@ -50,11 +50,11 @@ GPUMEM_API gpumem_status_t gpumem_copy_async(void* dst, const void* src, size_t 
 }
 
 GPUMEM_API gpumem_status_t gpumem_copy2d_init(gpumem_copy2d_t* copy, size_t struct_size) {
-  return guard([&] { init_struct(copy, "copy", struct_size, "gpumem_copy2d_t", gpumem_copy2d_t GPUMEM_COPY2D_INIT); });
+  return guard([&] { init_struct(copy, "copy", struct_size); });
 }
 
 GPUMEM_API gpumem_status_t gpumem_copy3d_init(gpumem_copy3d_t* copy, size_t struct_size) {
-  return guard([&] { init_struct(copy, "copy", struct_size, "gpumem_copy3d_t", gpumem_copy3d_t GPUMEM_COPY3D_INIT); });
+  return guard([&] { init_struct(copy, "copy", struct_size); });
 }
 
 GPUMEM_API gpumem_status_t gpumem_copy2d(const gpumem_copy2d_t* copy) {

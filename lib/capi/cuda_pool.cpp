@@ -26,10 +26,7 @@ CudaPoolAllocator* cuda_pool_from(gpumem_allocator_t* handle) {
 extern "C" {
 
 GPUMEM_API gpumem_status_t gpumem_cuda_pool_params_init(gpumem_cuda_pool_params_t* params, size_t struct_size) {
-  return guard([&] {
-    gpumem::capi::init_struct(params, "params", struct_size, "gpumem_cuda_pool_params_t",
-                              gpumem_cuda_pool_params_t GPUMEM_CUDA_POOL_PARAMS_INIT);
-  });
+  return guard([&] { gpumem::capi::init_struct(params, "params", struct_size); });
 }
 
 GPUMEM_API gpumem_status_t gpumem_allocator_create_cuda_pool(const gpumem_cuda_pool_params_t* params,

@@ -20,7 +20,7 @@ Allocator* default_of(int32_t device) {
   return gpumem::alloc::get_default(device);
 }
 
-const gpumem_cupy_target_t& target_of(const void* target) {
+gpumem_cupy_target_t target_of(const void* target) {
   return gpumem::capi::in_struct(static_cast<const gpumem_cupy_target_t*>(target), "target");
 }
 
@@ -54,7 +54,7 @@ GPUMEM_API void gpumem_torch_free(void* ptr, ptrdiff_t size, int32_t device, gpu
 GPUMEM_API void* gpumem_cupy_alloc(void* target, size_t size, int32_t device) {
   void* ptr = nullptr;
   guard([&] {
-    const gpumem_cupy_target_t& t = target_of(target);
+    const gpumem_cupy_target_t t = target_of(target);
     if (size == 0) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "size is 0");
     ptr = allocator_of(t, device)->allocate(size, t.stream);
   });
@@ -63,7 +63,7 @@ GPUMEM_API void* gpumem_cupy_alloc(void* target, size_t size, int32_t device) {
 
 GPUMEM_API void gpumem_cupy_free(void* target, void* ptr, int32_t device) {
   (void)guard([&] {
-    const gpumem_cupy_target_t& t = target_of(target);
+    const gpumem_cupy_target_t t = target_of(target);
     if (ptr) gpumem::pool::Pool::free_from_caller(allocator_of(t, device), ptr, t.stream);
   });
 }

@@ -46,25 +46,22 @@ uint64_t limit_of_fraction(int device, double fraction) {
 extern "C" {
 
 GPUMEM_API gpumem_status_t gpumem_pool_params_init(gpumem_pool_params_t* params, size_t struct_size) {
-  return guard([&] {
-    gpumem::capi::init_struct(params, "params", struct_size, "gpumem_pool_params_t",
-                              gpumem_pool_params_t GPUMEM_POOL_PARAMS_INIT);
-  });
+  return guard([&] { gpumem::capi::init_struct(params, "params", struct_size); });
 }
 
 GPUMEM_API gpumem_status_t gpumem_pool_create(const gpumem_pool_params_t* params, gpumem_allocator_t** out_pool) {
   return guard([&] {
     require_out(out_pool, "out_pool");
     *out_pool = nullptr;
-    gpumem::capi::in_struct(params, "params");
-    require(params->upstream != nullptr, "params->upstream is NULL");
-    Allocator* upstream = Allocator::from(params->upstream);
-    if (params->limit && params->limit_fraction != 0)
+    const gpumem_pool_params_t p = gpumem::capi::in_struct(params, "params");
+    require(p.upstream != nullptr, "params->upstream is NULL");
+    Allocator* upstream = Allocator::from(p.upstream);
+    if (p.limit && p.limit_fraction != 0)
       fail(GPUMEM_ERROR_INVALID_ARGUMENT, "params give both a limit (%s bytes) and a limit fraction (%g); give one",
-           gpumem::grouped(params->limit).c_str(), params->limit_fraction);
-    uint64_t limit = params->limit;
-    if (params->limit_fraction != 0) {
-      limit = limit_of_fraction(upstream->device(), params->limit_fraction);
+           gpumem::grouped(p.limit).c_str(), p.limit_fraction);
+    uint64_t limit = p.limit;
+    if (p.limit_fraction != 0) {
+      limit = limit_of_fraction(upstream->device(), p.limit_fraction);
     } else if (!limit && upstream->device() >= 0) {
       limit = gpumem::limit_from_environment(gpumem::driver::device_total_memory, upstream->device());
     }

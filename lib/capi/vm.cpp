@@ -26,10 +26,7 @@ VmAllocator* vm_from(gpumem_allocator_t* handle) {
 extern "C" {
 
 GPUMEM_API gpumem_status_t gpumem_vm_params_init(gpumem_vm_params_t* params, size_t struct_size) {
-  return guard([&] {
-    gpumem::capi::init_struct(params, "params", struct_size, "gpumem_vm_params_t",
-                              gpumem_vm_params_t GPUMEM_VM_PARAMS_INIT);
-  });
+  return guard([&] { gpumem::capi::init_struct(params, "params", struct_size); });
 }
 
 GPUMEM_API gpumem_status_t gpumem_allocator_create_vm(const gpumem_vm_params_t* params,

@@ -133,13 +133,13 @@ typedef gpumem_status_t (*in_call_fn)(void* ctx, const void* in);
 
 /* NULL, struct_size 0, one byte short and beyond any struct: refused, nothing made. valid is a
  * struct the call would take (with own bytes). */
-static void check_in_struct(in_call_fn call, void* ctx, const void* valid, size_t own, const char* name) {
+static void check_in_struct(in_call_fn call, void* ctx, const void* valid, size_t own, size_t first, const char* name) {
   unsigned char buf[1024];
-  assert_true(own < sizeof buf);
+  assert_true(own + 16 < sizeof buf);
   char text[64];
   snprintf(text, sizeof text, "%s is NULL", name);
   REFUSED(call(ctx, NULL), GPUMEM_ERROR_INVALID_ARGUMENT, text);
-  const size_t sizes[] = {0, own - 1, 65537, SIZE_MAX};
+  const size_t sizes[] = {0, first - 1, 65537, SIZE_MAX};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) {
     memset(buf, 0, sizeof buf);
     memcpy(buf, valid, own);
@@ -147,6 +147,14 @@ static void check_in_struct(in_call_fn call, void* ctx, const void* valid, size_
     snprintf(text, sizeof text, "%s->struct_size is", name);
     REFUSED(call(ctx, buf), GPUMEM_ERROR_INVALID_ARGUMENT, text);
   }
+  /* From a newer header, with a field this library does not have set. */
+  memset(buf, 0, sizeof buf);
+  memcpy(buf, valid, own);
+  const size_t newer = own + 16;
+  memcpy(buf, &newer, sizeof(size_t));
+  buf[own + 9] = 1;
+  snprintf(text, sizeof text, "and byte %zu is not zero", own + 9);
+  REFUSED(call(ctx, buf), GPUMEM_ERROR_INVALID_ARGUMENT, text);
 }
 
 /* gpumem_<x>_init(): NULL, and a struct_size below its own; the struct is untouched. */
@@ -680,7 +688,7 @@ static void check_copy2d(bool async) {
   valid.width = 16;
   valid.height = 2;
   void* ctx = async ? &valid : NULL;
-  check_in_struct(call_copy2d, ctx, &valid, sizeof valid, "copy");
+  check_in_struct(call_copy2d, ctx, &valid, sizeof valid, sizeof valid, "copy");
   g_async = async;
   /* Checks 1 to 5 of docs/copy.md need no driver; 6 to 8 (bounds, wrapping, overlap) do. */
   gpumem_copy2d_t c = valid;
@@ -729,7 +737,7 @@ static void check_copy3d(bool async) {
   valid.height = 2;
   valid.depth = 2;
   void* ctx = async ? &valid : NULL;
-  check_in_struct(call_copy3d, ctx, &valid, sizeof valid, "copy");
+  check_in_struct(call_copy3d, ctx, &valid, sizeof valid, sizeof valid, "copy");
   g_async = async;
   gpumem_copy3d_t c = valid;
   c.src_array = (gpumem_array_t*)(uintptr_t)0x10000;
@@ -790,7 +798,7 @@ static gpumem_status_t call_array_create(void* ctx, const void* in) {
 static void bad_array_create(void) {
   gpumem_array_desc_t valid = GPUMEM_ARRAY_DESC_INIT;
   valid.width = 16;
-  check_in_struct(call_array_create, NULL, &valid, sizeof valid, "desc");
+  check_in_struct(call_array_create, NULL, &valid, sizeof valid, sizeof valid, "desc");
   REFUSED(gpumem_array_create(&valid, NULL), GPUMEM_ERROR_INVALID_ARGUMENT, "out_array is NULL");
   gpumem_array_desc_t d = valid;
   const int32_t formats[] = {0, 9, -1, INT32_MAX};
@@ -998,7 +1006,8 @@ static void bad_allocator_create_functions(void) {
   valid.device = -1;
   valid.alloc = ok_alloc;
   valid.free = ok_free;
-  check_in_struct(call_create_functions, NULL, &valid, sizeof valid, "functions");
+  check_in_struct(call_create_functions, NULL, &valid, sizeof valid, offsetof(gpumem_allocator_functions_t, reserve),
+                  "functions");
   REFUSED(gpumem_allocator_create_functions(&valid, NULL), GPUMEM_ERROR_INVALID_ARGUMENT, "out_allocator is NULL");
   gpumem_allocator_functions_t f = valid;
   f.alloc = NULL;
@@ -1214,7 +1223,7 @@ static gpumem_status_t call_pool_create(void* h) {
 static void bad_pool_create(void) {
   gpumem_pool_params_t valid = GPUMEM_POOL_PARAMS_INIT;
   valid.upstream = g_host;
-  check_in_struct(call_pool_create_in, NULL, &valid, sizeof valid, "params");
+  check_in_struct(call_pool_create_in, NULL, &valid, sizeof valid, sizeof valid, "params");
   REFUSED(gpumem_pool_create(&valid, NULL), GPUMEM_ERROR_INVALID_ARGUMENT, "out_pool is NULL");
   gpumem_pool_params_t p = valid;
   p.upstream = NULL;
@@ -1307,7 +1316,7 @@ static void bad_pool_get_growth_info(void) {
 }
 
 static void bad_pool_get_info(void) {
-  check_out_struct(call_pool_get_info_out, g_pool, sizeof(gpumem_pool_info_t), "out_info");
+  check_out_struct(call_pool_get_info_out, g_pool, offsetof(gpumem_pool_info_t, pending_bytes), "out_info");
   BAD_HANDLES(kAllocator, call_pool_get_info, true);
   NOT_A_POOL(call_pool_get_info);
 }
@@ -1416,7 +1425,7 @@ static gpumem_status_t call_create_cuda_pool(void* ctx, const void* in) {
 
 static void bad_allocator_create_cuda_pool(void) {
   gpumem_cuda_pool_params_t valid = GPUMEM_CUDA_POOL_PARAMS_INIT;
-  check_in_struct(call_create_cuda_pool, NULL, &valid, sizeof valid, "params");
+  check_in_struct(call_create_cuda_pool, NULL, &valid, sizeof valid, sizeof valid, "params");
   REFUSED(gpumem_allocator_create_cuda_pool(&valid, NULL), GPUMEM_ERROR_INVALID_ARGUMENT, "out_allocator is NULL");
   gpumem_cuda_pool_params_t p = valid;
   const uint32_t sources[] = {4, 0xffffffffu};
@@ -1549,7 +1558,7 @@ static gpumem_status_t call_create_vm(void* ctx, const void* in) {
 
 static void bad_allocator_create_vm(void) {
   gpumem_vm_params_t valid = GPUMEM_VM_PARAMS_INIT;
-  check_in_struct(call_create_vm, NULL, &valid, sizeof valid, "params");
+  check_in_struct(call_create_vm, NULL, &valid, sizeof valid, sizeof valid, "params");
   REFUSED(gpumem_allocator_create_vm(&valid, NULL), GPUMEM_ERROR_INVALID_ARGUMENT, "out_allocator is NULL");
   gpumem_vm_params_t p = valid;
   const int32_t devices[] = {-1, INT32_MIN};

@@ -54,7 +54,8 @@ static void test_cupy_entry_points_alloc_from_target(void** state) {
   destroy_pool(pool, upstream);
 }
 
-/* A target from a newer gpumem, with fields this library does not know, is read as far as it knows. */
+/* A target from a newer gpumem is read as far as this library knows while the fields it does not
+ * know are zero, and refused once one is set. */
 static void test_cupy_entry_points_accept_a_larger_target(void** state) {
   (void)state;
   gpumem_allocator_t* upstream = NULL;
@@ -62,13 +63,19 @@ static void test_cupy_entry_points_accept_a_larger_target(void** state) {
   struct {
     gpumem_cupy_target_t known;
     uint64_t newer_field;
-  } newer = {target_of(pool, NULL), 42};
+  } newer = {target_of(pool, NULL), 0};
   newer.known.struct_size = sizeof newer;
   void* p = gpumem_cupy_alloc(&newer, 100, 0);
   assert_non_null(p);
   assert_int_equal(stats_of(pool).bytes_in_use, 512);
   gpumem_cupy_free(&newer, p, 0);
   assert_int_equal(stats_of(pool).bytes_in_use, 0);
+
+  newer.newer_field = 42;
+  assert_null(gpumem_cupy_alloc(&newer, 100, 0));
+  assert_detail_contains("target->struct_size is 32, more than the 24 bytes of gpumem_cupy_target_t");
+  assert_detail_contains("byte 24 is not zero");
+  assert_int_equal(stats_of(pool).alloc_count, 1); /* the first only */
   destroy_pool(pool, upstream);
 }
 

@@ -51,7 +51,7 @@ static gpumem_status_t fail_own_way(int index, int round, char* fragment, size_t
       snprintf(fragment, fragment_size, "out_array is NULL");
       return gpumem_array_create(&desc, NULL);
     case 4:
-      snprintf(fragment, fragment_size, "struct_size is 3;");
+      snprintf(fragment, fragment_size, "struct_size is 3,");
       return gpumem_array_desc_init(&desc, 3);
     case 5:
       snprintf(fragment, fragment_size, "dst is NULL");

@@ -591,9 +591,11 @@ static void test_pool_get_info_bad_input(void** state) {
 
   gpumem_pool_info_t info;
   memset(&info, 0x5a, sizeof info);
-  info.struct_size = sizeof info - 4;
+  info.struct_size = offsetof(gpumem_pool_info_t, pending_bytes) - 8; /* below 0.1's size */
   assert_status(gpumem_pool_get_info(f->pool, &info), GPUMEM_ERROR_INVALID_ARGUMENT);
-  assert_detail_contains("out_info->struct_size is");
+  assert_detail_contains(
+      "out_info->struct_size is 48, less than gpumem_pool_info_t had in gpumem 0.1, its first "
+      "release (56 bytes)");
   assert_int_equal(info.used_bytes, 0);
 
   /* A newer caller's bigger struct: what this library does not know reads as 0. */
@@ -670,6 +672,26 @@ static void test_pool_create_bad_input(void** state) {
   params.upstream = (gpumem_allocator_t*)not_a_handle;
   assert_status(gpumem_pool_create(&params, &pool), GPUMEM_ERROR_INVALID_HANDLE);
   assert_detail_contains("not a live gpumem allocator");
+  assert_null(pool);
+
+  /* A newer caller's bigger params: accepted while its newer fields are zero, refused once one
+   * is set, since this library cannot do what it asks. */
+  struct {
+    gpumem_pool_params_t params;
+    uint64_t newer[2];
+  } bigger;
+  memset(&bigger, 0, sizeof bigger);
+  bigger.params = (gpumem_pool_params_t)GPUMEM_POOL_PARAMS_INIT;
+  bigger.params.struct_size = sizeof bigger;
+  bigger.params.upstream = host;
+  pool = NULL;
+  assert_ok(gpumem_pool_create(&bigger.params, &pool));
+  assert_ok(gpumem_allocator_destroy(pool));
+  bigger.newer[1] = 7;
+  pool = (gpumem_allocator_t*)0x1;
+  assert_status(gpumem_pool_create(&bigger.params, &pool), GPUMEM_ERROR_INVALID_ARGUMENT);
+  assert_detail_contains("params->struct_size is 48, more than the 32 bytes of gpumem_pool_params_t");
+  assert_detail_contains("and byte 40 is not zero");
   assert_null(pool);
 
   /* No failed create kept the upstream busy. */
