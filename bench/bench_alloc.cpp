@@ -126,7 +126,7 @@ gpumem_allocator_t* pool_over(gpumem_allocator_t* upstream) {
   params.upstream = upstream;
   gpumem_allocator_t* pool = nullptr;
   if (const gpumem_status_t st = gpumem_pool_create(&params, &pool); st != GPUMEM_SUCCESS) {
-    gpumem_allocator_destroy(upstream);
+    (void)gpumem_allocator_destroy(upstream);  // the pool's failure is the one to report
     gpumem_failed("gpumem_pool_create", st);
   }
   return pool;
@@ -937,9 +937,9 @@ void run_multi_stream(gpumem_allocator_t* device_pool, gpumem_allocator_t* cuda_
     for (int n : kStreamCounts)
       for (bool cross : {false, true}) {
         gpumem_pool_growth_info_t g0 = {sizeof g0, 0, 0, 0, 0, 0, 0, 0}, g1 = g0;
-        gpumem_pool_get_growth_info(device_pool, &g0);
+        check(gpumem_pool_get_growth_info(device_pool, &g0), "gpumem_pool_get_growth_info");
         bench_streams_row(gp, n, cross, streams, events, sizes, clock_ns);
-        gpumem_pool_get_growth_info(device_pool, &g1);
+        check(gpumem_pool_get_growth_info(device_pool, &g1), "gpumem_pool_get_growth_info");
         // What the pool's growth cost over the row, warm-up included: the driver work behind its time.
         std::printf(
             "# growth streams%d_%s: mapped %.1f MiB in %llu calls, moved %.1f MiB in %llu, %llu events, "

@@ -433,7 +433,7 @@ std::string verify_device_1d(const DeviceBuffer& dst, const unsigned char* image
 // Whether gpumem staged a row's copies: staging buffers held after its timed copies, having been
 // released before them (0: the driver copied).
 std::string staging_after(const Row& row, const std::function<void()>& through_gpumem, Cell& g) {
-  gpumem_copy_staging_release();
+  check(gpumem_copy_staging_release(), "gpumem_copy_staging_release");
   g = measure(row, through_gpumem);
   size_t held = 0;
   if (gpumem_copy_staging_get_held(&held) != GPUMEM_SUCCESS) return row.test + " ?";

@@ -168,7 +168,7 @@ typedef void (*gpumem_hook_fn)(const gpumem_hook_info_t* info, void* user_data);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_allocator_create_device(int32_t device, gpumem_allocator_t** out_allocator);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_device(int32_t device, gpumem_allocator_t** out_allocator);
 
 /**
  * @brief Creates an allocator of stream-ordered device memory (`cuMemAllocAsync` or
@@ -186,7 +186,7 @@ GPUMEM_API gpumem_status_t gpumem_allocator_create_device(int32_t device, gpumem
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_allocator_create_device_async(int32_t device, gpumem_cuda_pool_t cuda_pool,
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_device_async(int32_t device, gpumem_cuda_pool_t cuda_pool,
                                                                 gpumem_allocator_t** out_allocator);
 
 /**
@@ -204,7 +204,7 @@ GPUMEM_API gpumem_status_t gpumem_allocator_create_device_async(int32_t device, 
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_allocator_create_managed(int32_t device, uint32_t flags,
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_managed(int32_t device, uint32_t flags,
                                                            gpumem_allocator_t** out_allocator);
 
 /**
@@ -218,7 +218,7 @@ GPUMEM_API gpumem_status_t gpumem_allocator_create_managed(int32_t device, uint3
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_allocator_create_pinned(uint32_t flags, gpumem_allocator_t** out_allocator);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_pinned(uint32_t flags, gpumem_allocator_t** out_allocator);
 
 /**
  * @brief Creates an allocator of plain host memory, aligned (`aligned_alloc`); needs no GPU.
@@ -230,7 +230,7 @@ GPUMEM_API gpumem_status_t gpumem_allocator_create_pinned(uint32_t flags, gpumem
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_allocator_create_host(size_t alignment, gpumem_allocator_t** out_allocator);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_host(size_t alignment, gpumem_allocator_t** out_allocator);
 
 /**
  * @brief Creates an allocator from the caller's functions.
@@ -244,7 +244,7 @@ GPUMEM_API gpumem_status_t gpumem_allocator_create_host(size_t alignment, gpumem
  * from whichever thread allocates or frees, concurrently, and must be thread-safe themselves.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_allocator_create_functions(const gpumem_allocator_functions_t* functions,
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_functions(const gpumem_allocator_functions_t* functions,
                                                              gpumem_allocator_t** out_allocator);
 
 /**
@@ -261,7 +261,7 @@ GPUMEM_API gpumem_status_t gpumem_allocator_create_functions(const gpumem_alloca
  * Per handle: concurrent calls on different handles; one handle is serialized by the caller.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_allocator_destroy(gpumem_allocator_t* allocator);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_destroy(gpumem_allocator_t* allocator);
 
 /**
  * @brief Destroys an allocator that still has live allocations: they are freed (a pool returns
@@ -277,7 +277,7 @@ GPUMEM_API gpumem_status_t gpumem_allocator_destroy(gpumem_allocator_t* allocato
  * Per handle: concurrent calls on different handles; one handle is serialized by the caller.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_allocator_destroy_force(gpumem_allocator_t* allocator);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_destroy_force(gpumem_allocator_t* allocator);
 
 /**
  * @brief The device an allocator's memory is on.
@@ -292,7 +292,7 @@ GPUMEM_API gpumem_status_t gpumem_allocator_destroy_force(gpumem_allocator_t* al
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_allocator_get_device(gpumem_allocator_t* allocator, int32_t* out_device);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_get_device(gpumem_allocator_t* allocator, int32_t* out_device);
 
 /**
  * @brief Allocates @p size bytes.
@@ -314,7 +314,7 @@ GPUMEM_API gpumem_status_t gpumem_allocator_get_device(gpumem_allocator_t* alloc
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_alloc(gpumem_allocator_t* allocator, size_t size, gpumem_stream_t stream,
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_alloc(gpumem_allocator_t* allocator, size_t size, gpumem_stream_t stream,
                                         void** out_ptr);
 
 /**
@@ -336,7 +336,7 @@ GPUMEM_API gpumem_status_t gpumem_alloc(gpumem_allocator_t* allocator, size_t si
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_free(gpumem_allocator_t* allocator, void* ptr, gpumem_stream_t stream);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_free(gpumem_allocator_t* allocator, void* ptr, gpumem_stream_t stream);
 
 /**
  * @brief Sets the process-wide default allocator of a device: what a NULL allocator means on
@@ -358,7 +358,7 @@ GPUMEM_API gpumem_status_t gpumem_free(gpumem_allocator_t* allocator, void* ptr,
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_allocator_set_default(int32_t device, gpumem_allocator_t* allocator);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_set_default(int32_t device, gpumem_allocator_t* allocator);
 
 /**
  * @brief The process-wide default allocator of a device.
@@ -373,7 +373,7 @@ GPUMEM_API gpumem_status_t gpumem_allocator_set_default(int32_t device, gpumem_a
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_allocator_get_default(int32_t device, gpumem_allocator_t** out_allocator);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_get_default(int32_t device, gpumem_allocator_t** out_allocator);
 
 /**
  * @brief Sets the calling thread's override: what a NULL allocator means on this thread, for
@@ -386,7 +386,7 @@ GPUMEM_API gpumem_status_t gpumem_allocator_get_default(int32_t device, gpumem_a
  * Thread-safe: any thread, concurrently, including on the same handle (each thread has its own).
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_allocator_set_thread(gpumem_allocator_t* allocator,
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_set_thread(gpumem_allocator_t* allocator,
                                                        gpumem_allocator_t** out_previous);
 
 /**
@@ -398,7 +398,7 @@ GPUMEM_API gpumem_status_t gpumem_allocator_set_thread(gpumem_allocator_t* alloc
  * Thread-safe: any thread, concurrently, including on the same handle (each thread has its own).
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_allocator_get_thread(gpumem_allocator_t** out_allocator);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_get_thread(gpumem_allocator_t** out_allocator);
 
 /**
  * @brief An allocator's statistics.
@@ -414,7 +414,7 @@ GPUMEM_API gpumem_status_t gpumem_allocator_get_thread(gpumem_allocator_t** out_
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_allocator_get_stats(gpumem_allocator_t* allocator,
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_get_stats(gpumem_allocator_t* allocator,
                                                       gpumem_allocator_stats_t* out_stats);
 
 /**
@@ -428,7 +428,7 @@ GPUMEM_API gpumem_status_t gpumem_allocator_get_stats(gpumem_allocator_t* alloca
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_allocator_reset_peaks(gpumem_allocator_t* allocator);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_reset_peaks(gpumem_allocator_t* allocator);
 
 /**
  * @brief Adds a hook to an allocator (CuPy's memory hooks); any number may be added.
@@ -445,7 +445,7 @@ GPUMEM_API gpumem_status_t gpumem_allocator_reset_peaks(gpumem_allocator_t* allo
  * another thread may still run the hooks it saw when it started.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_allocator_add_hook(gpumem_allocator_t* allocator, uint32_t events,
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_add_hook(gpumem_allocator_t* allocator, uint32_t events,
                                                      gpumem_hook_fn hook, void* user_data, uint64_t* out_hook_id);
 
 /**
@@ -460,7 +460,7 @@ GPUMEM_API gpumem_status_t gpumem_allocator_add_hook(gpumem_allocator_t* allocat
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_allocator_remove_hook(gpumem_allocator_t* allocator, uint64_t hook_id);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_remove_hook(gpumem_allocator_t* allocator, uint64_t hook_id);
 
 #ifdef __cplusplus
 }

@@ -61,7 +61,7 @@ typedef struct gpumem_array_desc_s {
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_array_desc_init(gpumem_array_desc_t* desc, size_t struct_size);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_array_desc_init(gpumem_array_desc_t* desc, size_t struct_size);
 
 /**
  * @brief Creates a CUDA array (`cuArray3DCreate`).
@@ -82,7 +82,7 @@ GPUMEM_API gpumem_status_t gpumem_array_desc_init(gpumem_array_desc_t* desc, siz
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_array_create(const gpumem_array_desc_t* desc, gpumem_array_t** out_array);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_array_create(const gpumem_array_desc_t* desc, gpumem_array_t** out_array);
 
 /**
  * @brief Destroys an array and frees its memory (`cuArrayDestroy`).
@@ -96,7 +96,7 @@ GPUMEM_API gpumem_status_t gpumem_array_create(const gpumem_array_desc_t* desc, 
  * Per handle: concurrent calls on different handles; one handle is serialized by the caller.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_array_destroy(gpumem_array_t* array);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_array_destroy(gpumem_array_t* array);
 
 /**
  * @brief The shape and element type of an array, as the driver reports them
@@ -112,7 +112,7 @@ GPUMEM_API gpumem_status_t gpumem_array_destroy(gpumem_array_t* array);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_array_get_desc(const gpumem_array_t* array, gpumem_array_desc_t* out_desc);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_array_get_desc(const gpumem_array_t* array, gpumem_array_desc_t* out_desc);
 
 #ifdef __cplusplus
 }

@@ -43,7 +43,7 @@ extern "C" {
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_memset(void* dst, uint32_t value, uint32_t element_size, size_t count);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_memset(void* dst, uint32_t value, uint32_t element_size, size_t count);
 
 /**
  * @brief Queues a memset as gpumem_memset() does, on a stream (`cuMemsetD8Async` and siblings).
@@ -63,7 +63,7 @@ GPUMEM_API gpumem_status_t gpumem_memset(void* dst, uint32_t value, uint32_t ele
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_memset_async(void* dst, uint32_t value, uint32_t element_size, size_t count,
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_memset_async(void* dst, uint32_t value, uint32_t element_size, size_t count,
                                                gpumem_stream_t stream);
 
 /**
@@ -86,7 +86,7 @@ GPUMEM_API gpumem_status_t gpumem_memset_async(void* dst, uint32_t value, uint32
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_copy(void* dst, const void* src, size_t size);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_copy(void* dst, const void* src, size_t size);
 
 /**
  * @brief Queues a copy as gpumem_copy() does, on a stream (`cuMemcpyAsync`).
@@ -109,7 +109,7 @@ GPUMEM_API gpumem_status_t gpumem_copy(void* dst, const void* src, size_t size);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_copy_async(void* dst, const void* src, size_t size, gpumem_stream_t stream);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_copy_async(void* dst, const void* src, size_t size, gpumem_stream_t stream);
 
 /**
  * @brief A 2D copy: @c height rows of @c width bytes.
@@ -184,7 +184,7 @@ typedef struct gpumem_copy3d_s {
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.2.0
  */
-GPUMEM_API gpumem_status_t gpumem_copy2d_init(gpumem_copy2d_t* copy, size_t struct_size);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_copy2d_init(gpumem_copy2d_t* copy, size_t struct_size);
 
 /**
  * @brief Fills a 3D copy description with the defaults of ::GPUMEM_COPY3D_INIT, for callers
@@ -197,7 +197,7 @@ GPUMEM_API gpumem_status_t gpumem_copy2d_init(gpumem_copy2d_t* copy, size_t stru
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.2.0
  */
-GPUMEM_API gpumem_status_t gpumem_copy3d_init(gpumem_copy3d_t* copy, size_t struct_size);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_copy3d_init(gpumem_copy3d_t* copy, size_t struct_size);
 
 /**
  * @brief Copies a 2D region, synchronously.
@@ -222,7 +222,7 @@ GPUMEM_API gpumem_status_t gpumem_copy3d_init(gpumem_copy3d_t* copy, size_t stru
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.2.0
  */
-GPUMEM_API gpumem_status_t gpumem_copy2d(const gpumem_copy2d_t* copy);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_copy2d(const gpumem_copy2d_t* copy);
 
 /**
  * @brief Queues a 2D copy as gpumem_copy2d() does, on a stream.
@@ -240,7 +240,7 @@ GPUMEM_API gpumem_status_t gpumem_copy2d(const gpumem_copy2d_t* copy);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.2.0
  */
-GPUMEM_API gpumem_status_t gpumem_copy2d_async(const gpumem_copy2d_t* copy, gpumem_stream_t stream);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_copy2d_async(const gpumem_copy2d_t* copy, gpumem_stream_t stream);
 
 /**
  * @brief Copies a 3D region, synchronously; as gpumem_copy2d(), in slices.
@@ -259,7 +259,7 @@ GPUMEM_API gpumem_status_t gpumem_copy2d_async(const gpumem_copy2d_t* copy, gpum
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.2.0
  */
-GPUMEM_API gpumem_status_t gpumem_copy3d(const gpumem_copy3d_t* copy);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_copy3d(const gpumem_copy3d_t* copy);
 
 /**
  * @brief Queues a 3D copy as gpumem_copy3d() does, on a stream.
@@ -277,7 +277,7 @@ GPUMEM_API gpumem_status_t gpumem_copy3d(const gpumem_copy3d_t* copy);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.2.0
  */
-GPUMEM_API gpumem_status_t gpumem_copy3d_async(const gpumem_copy3d_t* copy, gpumem_stream_t stream);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_copy3d_async(const gpumem_copy3d_t* copy, gpumem_stream_t stream);
 
 /**
  * @brief Bytes of page-locked staging memory gpumem holds for copies from and to plain host
@@ -292,7 +292,7 @@ GPUMEM_API gpumem_status_t gpumem_copy3d_async(const gpumem_copy3d_t* copy, gpum
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.2.0
  */
-GPUMEM_API gpumem_status_t gpumem_copy_staging_get_held(size_t* out_bytes);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_copy_staging_get_held(size_t* out_bytes);
 
 /**
  * @brief Frees the staging buffers that no copy is using; those in use are freed when their copy
@@ -306,7 +306,7 @@ GPUMEM_API gpumem_status_t gpumem_copy_staging_get_held(size_t* out_bytes);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.2.0
  */
-GPUMEM_API gpumem_status_t gpumem_copy_staging_release(void);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_copy_staging_release(void);
 
 /** @brief Most bytes of staging memory gpumem holds at once (two sets of 4 buffers of 4 MiB). */
 #define GPUMEM_COPY_STAGING_LIMIT ((size_t)32 << 20)

@@ -21,6 +21,43 @@
 #define GPUMEM_API
 #endif
 
+/**
+ * @brief Marks a function whose result must not be ignored: every function that returns a
+ * ::gpumem_status_t. `[[nodiscard]]` in C++17 and C23, `warn_unused_result` in C with clang (which
+ * a `(void)` cast silences, as it does not with GCC in C), nothing elsewhere.
+ * Define it before including gpumem's headers to choose otherwise.
+ * @since 0.4.0
+ */
+#ifndef GPUMEM_NODISCARD
+#if defined(__cplusplus) && __cplusplus >= 201703L
+#define GPUMEM_NODISCARD [[nodiscard]]
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 202311L
+#define GPUMEM_NODISCARD [[nodiscard]]
+#elif defined(__clang__)
+#define GPUMEM_NODISCARD __attribute__((warn_unused_result))
+#else
+#define GPUMEM_NODISCARD
+#endif
+#endif
+
+/**
+ * @brief Marks a declaration as deprecated; `msg` names what to use instead. Deprecated functions
+ * stay exported until the next major version (docs/abi.md). `[[deprecated]]` in C++14 and C23,
+ * the GNU attribute in C with GCC and clang, nothing elsewhere.
+ * @since 0.4.0
+ */
+#ifndef GPUMEM_DEPRECATED
+#if defined(__cplusplus) && __cplusplus >= 201402L
+#define GPUMEM_DEPRECATED(msg) [[deprecated(msg)]]
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 202311L
+#define GPUMEM_DEPRECATED(msg) [[deprecated(msg)]]
+#elif defined(__GNUC__) || defined(__clang__)
+#define GPUMEM_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#else
+#define GPUMEM_DEPRECATED(msg)
+#endif
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif

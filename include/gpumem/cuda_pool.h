@@ -103,7 +103,7 @@ typedef struct gpumem_cuda_pool_info_s {
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_API gpumem_status_t gpumem_cuda_pool_params_init(gpumem_cuda_pool_params_t* params, size_t struct_size);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_cuda_pool_params_init(gpumem_cuda_pool_params_t* params, size_t struct_size);
 
 /**
  * @brief Creates an allocator over a CUDA memory pool: `cuMemAllocFromPoolAsync` and
@@ -128,7 +128,7 @@ GPUMEM_API gpumem_status_t gpumem_cuda_pool_params_init(gpumem_cuda_pool_params_
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_API gpumem_status_t gpumem_allocator_create_cuda_pool(const gpumem_cuda_pool_params_t* params,
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_cuda_pool(const gpumem_cuda_pool_params_t* params,
                                                              gpumem_allocator_t** out_allocator);
 
 /**
@@ -145,7 +145,7 @@ GPUMEM_API gpumem_status_t gpumem_allocator_create_cuda_pool(const gpumem_cuda_p
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_API gpumem_status_t gpumem_cuda_pool_get(gpumem_allocator_t* allocator, gpumem_cuda_pool_t* out_pool);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_cuda_pool_get(gpumem_allocator_t* allocator, gpumem_cuda_pool_t* out_pool);
 
 /**
  * @brief Returns a CUDA pool's unused memory to the system until it holds about @p keep_bytes
@@ -161,7 +161,7 @@ GPUMEM_API gpumem_status_t gpumem_cuda_pool_get(gpumem_allocator_t* allocator, g
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_API gpumem_status_t gpumem_cuda_pool_trim(gpumem_allocator_t* allocator, uint64_t keep_bytes);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_cuda_pool_trim(gpumem_allocator_t* allocator, uint64_t keep_bytes);
 
 /**
  * @brief Sets a CUDA pool's release threshold: the bytes it keeps reserved at a synchronize.
@@ -177,7 +177,7 @@ GPUMEM_API gpumem_status_t gpumem_cuda_pool_trim(gpumem_allocator_t* allocator, 
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_API gpumem_status_t gpumem_cuda_pool_set_release_threshold(gpumem_allocator_t* allocator, uint64_t bytes);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_cuda_pool_set_release_threshold(gpumem_allocator_t* allocator, uint64_t bytes);
 
 /**
  * @brief What a CUDA pool holds, from its attributes.
@@ -193,7 +193,7 @@ GPUMEM_API gpumem_status_t gpumem_cuda_pool_set_release_threshold(gpumem_allocat
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_API gpumem_status_t gpumem_cuda_pool_get_info(gpumem_allocator_t* allocator, gpumem_cuda_pool_info_t* out_info);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_cuda_pool_get_info(gpumem_allocator_t* allocator, gpumem_cuda_pool_info_t* out_info);
 
 /**
  * @brief Restarts a CUDA pool's high watermarks (@c reserved_high and @c used_high of
@@ -208,7 +208,7 @@ GPUMEM_API gpumem_status_t gpumem_cuda_pool_get_info(gpumem_allocator_t* allocat
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_API gpumem_status_t gpumem_cuda_pool_reset_peaks(gpumem_allocator_t* allocator);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_cuda_pool_reset_peaks(gpumem_allocator_t* allocator);
 
 /** @name Peer access (any allocator) */
 /** @{ */
@@ -253,7 +253,7 @@ enum gpumem_peer_access {
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_API gpumem_status_t gpumem_allocator_set_peer_access(gpumem_allocator_t* allocator, int32_t peer_device,
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_set_peer_access(gpumem_allocator_t* allocator, int32_t peer_device,
                                                             uint32_t access);
 
 /** @} */

@@ -49,7 +49,7 @@ typedef struct gpumem_device_info_s {
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_driver_get_version(int32_t* out_version);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_driver_get_version(int32_t* out_version);
 
 /**
  * @brief How many CUDA devices there are.
@@ -63,7 +63,7 @@ GPUMEM_API gpumem_status_t gpumem_driver_get_version(int32_t* out_version);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_device_get_count(int32_t* out_count);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_device_get_count(int32_t* out_count);
 
 /**
  * @brief Name, memory and capabilities of a device.
@@ -80,7 +80,7 @@ GPUMEM_API gpumem_status_t gpumem_device_get_count(int32_t* out_count);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_device_get_info(int32_t device, gpumem_device_info_t* out_info);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_device_get_info(int32_t device, gpumem_device_info_t* out_info);
 
 /**
  * @brief Free and total memory of a device now, as `cuMemGetInfo` reports them.
@@ -97,7 +97,7 @@ GPUMEM_API gpumem_status_t gpumem_device_get_info(int32_t device, gpumem_device_
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_device_query_memory(int32_t device, size_t* out_free, size_t* out_total);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_device_query_memory(int32_t device, size_t* out_free, size_t* out_total);
 
 #ifdef __cplusplus
 }

@@ -99,7 +99,7 @@ typedef struct gpumem_managed_range_info_s {
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_device_alloc(int32_t device, size_t size, void** out_ptr);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_device_alloc(int32_t device, size_t size, void** out_ptr);
 
 /**
  * @brief Frees memory from gpumem_device_alloc(), synchronously (`cuMemFree`).
@@ -115,7 +115,7 @@ GPUMEM_API gpumem_status_t gpumem_device_alloc(int32_t device, size_t size, void
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_device_free(void* ptr);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_device_free(void* ptr);
 
 /**
  * @brief Allocates device memory ordered on a stream, from the device's current memory pool
@@ -141,7 +141,7 @@ GPUMEM_API gpumem_status_t gpumem_device_free(void* ptr);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_device_alloc_async(int32_t device, size_t size, gpumem_stream_t stream,
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_device_alloc_async(int32_t device, size_t size, gpumem_stream_t stream,
                                                      void** out_ptr);
 
 /**
@@ -163,7 +163,7 @@ GPUMEM_API gpumem_status_t gpumem_device_alloc_async(int32_t device, size_t size
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_device_alloc_from_pool(gpumem_cuda_pool_t pool, size_t size, gpumem_stream_t stream,
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_device_alloc_from_pool(gpumem_cuda_pool_t pool, size_t size, gpumem_stream_t stream,
                                                          void** out_ptr);
 
 /**
@@ -185,7 +185,7 @@ GPUMEM_API gpumem_status_t gpumem_device_alloc_from_pool(gpumem_cuda_pool_t pool
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_device_free_async(void* ptr, gpumem_stream_t stream);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_device_free_async(void* ptr, gpumem_stream_t stream);
 
 /**
  * @brief Allocates page-locked (pinned) host memory (`cuMemHostAlloc`).
@@ -205,7 +205,7 @@ GPUMEM_API gpumem_status_t gpumem_device_free_async(void* ptr, gpumem_stream_t s
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_host_alloc(size_t size, uint32_t flags, void** out_ptr);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_host_alloc(size_t size, uint32_t flags, void** out_ptr);
 
 /**
  * @brief Frees memory from gpumem_host_alloc() (`cuMemFreeHost`).
@@ -221,7 +221,7 @@ GPUMEM_API gpumem_status_t gpumem_host_alloc(size_t size, uint32_t flags, void**
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_host_free(void* ptr);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_host_free(void* ptr);
 
 /**
  * @brief Page-locks an existing host range so the devices can reach it directly
@@ -245,7 +245,7 @@ GPUMEM_API gpumem_status_t gpumem_host_free(void* ptr);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_host_register(void* ptr, size_t size, uint32_t flags);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_host_register(void* ptr, size_t size, uint32_t flags);
 
 /**
  * @brief Ends the page-locking of a range registered with gpumem_host_register()
@@ -264,7 +264,7 @@ GPUMEM_API gpumem_status_t gpumem_host_register(void* ptr, size_t size, uint32_t
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_host_unregister(void* ptr);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_host_unregister(void* ptr);
 
 /**
  * @brief The device address of mapped page-locked host memory (`cuMemHostGetDevicePointer`).
@@ -284,7 +284,7 @@ GPUMEM_API gpumem_status_t gpumem_host_unregister(void* ptr);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_host_get_device_pointer(void* ptr, void** out_device_ptr);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_host_get_device_pointer(void* ptr, void** out_device_ptr);
 
 /**
  * @brief Allocates managed (unified) memory, reachable from the host and every device
@@ -307,7 +307,7 @@ GPUMEM_API gpumem_status_t gpumem_host_get_device_pointer(void* ptr, void** out_
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_managed_alloc(int32_t device, size_t size, uint32_t flags, void** out_ptr);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_managed_alloc(int32_t device, size_t size, uint32_t flags, void** out_ptr);
 
 /**
  * @brief Frees memory from gpumem_managed_alloc() (`cuMemFree`).
@@ -322,7 +322,7 @@ GPUMEM_API gpumem_status_t gpumem_managed_alloc(int32_t device, size_t size, uin
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_managed_free(void* ptr);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_managed_free(void* ptr);
 
 /**
  * @brief Migrates a managed range to a device or to the host, ordered on a stream
@@ -346,7 +346,7 @@ GPUMEM_API gpumem_status_t gpumem_managed_free(void* ptr);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_managed_prefetch(void* ptr, size_t size, int32_t location, gpumem_stream_t stream);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_managed_prefetch(void* ptr, size_t size, int32_t location, gpumem_stream_t stream);
 
 /**
  * @brief Gives the driver advice about how a managed range is used (`cuMemAdvise`).
@@ -370,7 +370,7 @@ GPUMEM_API gpumem_status_t gpumem_managed_prefetch(void* ptr, size_t size, int32
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_managed_advise(void* ptr, size_t size, int32_t advice, int32_t location);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_managed_advise(void* ptr, size_t size, int32_t advice, int32_t location);
 
 /**
  * @brief The advice and prefetch state of a managed range (`cuMemRangeGetAttributes`).
@@ -388,7 +388,7 @@ GPUMEM_API gpumem_status_t gpumem_managed_advise(void* ptr, size_t size, int32_t
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_managed_get_range_info(const void* ptr, size_t size,
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_managed_get_range_info(const void* ptr, size_t size,
                                                          gpumem_managed_range_info_t* out_info);
 
 #ifdef __cplusplus

@@ -69,7 +69,7 @@ typedef struct gpumem_pin_stats_s {
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_pin(void* ptr, size_t size, uint32_t flags);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pin(void* ptr, size_t size, uint32_t flags);
 
 /**
  * @brief Removes one pin from a range. Pages no pin covers any more are unregistered, or kept in
@@ -84,7 +84,7 @@ GPUMEM_API gpumem_status_t gpumem_pin(void* ptr, size_t size, uint32_t flags);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_unpin(void* ptr, size_t size);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_unpin(void* ptr, size_t size);
 
 /**
  * @brief Says whether a host range is pinned through the service.
@@ -97,7 +97,7 @@ GPUMEM_API gpumem_status_t gpumem_unpin(void* ptr, size_t size);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_pin_query(const void* ptr, size_t size, int32_t* out_state);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pin_query(const void* ptr, size_t size, int32_t* out_state);
 
 /**
  * @brief Tells the service that a range is about to be freed or unmapped: cached registrations
@@ -115,7 +115,7 @@ GPUMEM_API gpumem_status_t gpumem_pin_query(const void* ptr, size_t size, int32_
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_pin_forget(void* ptr, size_t size);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pin_forget(void* ptr, size_t size);
 
 /**
  * @brief Unregisters every cached registration (those no pin covers).
@@ -127,7 +127,7 @@ GPUMEM_API gpumem_status_t gpumem_pin_forget(void* ptr, size_t size);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_pin_cache_flush(void);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pin_cache_flush(void);
 
 /**
  * @brief Sets the cache's budget: the most bytes kept registered under no pin. The default is
@@ -141,7 +141,7 @@ GPUMEM_API gpumem_status_t gpumem_pin_cache_flush(void);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_pin_cache_set_budget(uint64_t bytes);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pin_cache_set_budget(uint64_t bytes);
 
 /**
  * @brief Statistics of the pinning service.
@@ -153,7 +153,7 @@ GPUMEM_API gpumem_status_t gpumem_pin_cache_set_budget(uint64_t bytes);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_pin_get_stats(gpumem_pin_stats_t* out_stats);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pin_get_stats(gpumem_pin_stats_t* out_stats);
 
 #ifdef __cplusplus
 }

@@ -56,7 +56,7 @@ typedef struct gpumem_pointer_info_s {
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_pointer_get_info(const void* ptr, gpumem_pointer_info_t* out_info);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pointer_get_info(const void* ptr, gpumem_pointer_info_t* out_info);
 
 #ifdef __cplusplus
 }

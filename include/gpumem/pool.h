@@ -111,7 +111,7 @@ typedef void (*gpumem_reclaim_fn)(int32_t device, size_t size, void* user_data);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_pool_params_init(gpumem_pool_params_t* params, size_t struct_size);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_params_init(gpumem_pool_params_t* params, size_t struct_size);
 
 /**
  * @brief Creates a pool on an upstream allocator. Its device is the upstream's.
@@ -128,7 +128,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_params_init(gpumem_pool_params_t* params,
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_pool_create(const gpumem_pool_params_t* params, gpumem_allocator_t** out_pool);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_create(const gpumem_pool_params_t* params, gpumem_allocator_t** out_pool);
 
 /**
  * @brief The pool of a device, over its device allocator (CuPy's `MemoryPool` for that device):
@@ -145,7 +145,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_create(const gpumem_pool_params_t* params
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_pool_get_device(int32_t device, gpumem_allocator_t** out_pool);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_get_device(int32_t device, gpumem_allocator_t** out_pool);
 
 /**
  * @brief Returns cached memory to the upstream (CuPy's `free_all_blocks`): the free blocks that
@@ -166,7 +166,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_get_device(int32_t device, gpumem_allocat
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_pool_release(gpumem_allocator_t* pool, gpumem_stream_t stream, uint32_t flags);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_release(gpumem_allocator_t* pool, gpumem_stream_t stream, uint32_t flags);
 
 /**
  * @brief What a pool holds.
@@ -183,7 +183,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_release(gpumem_allocator_t* pool, gpumem_
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_pool_get_info(gpumem_allocator_t* pool, gpumem_pool_info_t* out_info);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_get_info(gpumem_allocator_t* pool, gpumem_pool_info_t* out_info);
 
 /**
  * @brief What a pool's growth has cost since it was made: memory taken from its upstream, memory
@@ -214,7 +214,7 @@ typedef struct gpumem_pool_growth_info_s {
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.4.0
  */
-GPUMEM_API gpumem_status_t gpumem_pool_get_growth_info(gpumem_allocator_t* pool, gpumem_pool_growth_info_t* out_info);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_get_growth_info(gpumem_allocator_t* pool, gpumem_pool_growth_info_t* out_info);
 
 /**
  * @brief Lists every block a pool holds, as one consistent picture: each segment (upstream
@@ -232,7 +232,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_get_growth_info(gpumem_allocator_t* pool,
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_API gpumem_status_t gpumem_pool_snapshot(gpumem_allocator_t* pool, gpumem_block_fn fn, void* user_data);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_snapshot(gpumem_allocator_t* pool, gpumem_block_fn fn, void* user_data);
 
 /**
  * @brief Writes a pool's snapshot (gpumem_pool_snapshot()) as JSON to a file: its totals, then
@@ -248,7 +248,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_snapshot(gpumem_allocator_t* pool, gpumem
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_API gpumem_status_t gpumem_pool_snapshot_json(gpumem_allocator_t* pool, const char* path);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_snapshot_json(gpumem_allocator_t* pool, const char* path);
 
 /**
  * @brief Sets a pool's limit in bytes, overriding `GPUMEM_GPU_MEMORY_LIMIT`. A limit below what
@@ -261,7 +261,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_snapshot_json(gpumem_allocator_t* pool, c
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_pool_set_limit(gpumem_allocator_t* pool, uint64_t limit);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_set_limit(gpumem_allocator_t* pool, uint64_t limit);
 
 /**
  * @brief Sets a pool's limit as a fraction of its device's memory.
@@ -275,7 +275,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_set_limit(gpumem_allocator_t* pool, uint6
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_pool_set_limit_fraction(gpumem_allocator_t* pool, double fraction);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_set_limit_fraction(gpumem_allocator_t* pool, double fraction);
 
 /**
  * @brief Whether a pool lends one stream's free memory to an allocation on another stream whose
@@ -303,7 +303,7 @@ enum gpumem_stream_reuse {
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_API gpumem_status_t gpumem_pool_set_stream_reuse(gpumem_allocator_t* pool, int32_t reuse);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_set_stream_reuse(gpumem_allocator_t* pool, int32_t reuse);
 
 /**
  * @brief Sets whether a pool over address ranges reclaims pages: before it maps new memory, it
@@ -323,7 +323,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_set_stream_reuse(gpumem_allocator_t* pool
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.4.0
  */
-GPUMEM_API gpumem_status_t gpumem_pool_set_page_reclaim(gpumem_allocator_t* pool, int32_t enable);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_set_page_reclaim(gpumem_allocator_t* pool, int32_t enable);
 
 /**
  * @brief Sets how the device pools (gpumem_pool_get_device(), and so `gpumem_alloc(NULL, ...)` and
@@ -344,7 +344,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_set_page_reclaim(gpumem_allocator_t* pool
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.4.0
  */
-GPUMEM_API gpumem_status_t gpumem_pool_set_device_config(const char* config);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_set_device_config(const char* config);
 
 /**
  * @brief Marks a live allocation of a pool as used on another stream too (PyTorch's
@@ -366,7 +366,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_set_device_config(const char* config);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_API gpumem_status_t gpumem_pool_record_stream(gpumem_allocator_t* pool, void* ptr, gpumem_stream_t stream);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_record_stream(gpumem_allocator_t* pool, void* ptr, gpumem_stream_t stream);
 
 /**
  * @brief Registers a reclaim callback, run by every pool that runs out of memory.
@@ -379,7 +379,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_record_stream(gpumem_allocator_t* pool, v
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_reclaim_add(gpumem_reclaim_fn reclaim, void* user_data, uint64_t* out_id);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_reclaim_add(gpumem_reclaim_fn reclaim, void* user_data, uint64_t* out_id);
 
 /**
  * @brief Removes a reclaim callback. A pool already running the callbacks on another thread may
@@ -391,7 +391,7 @@ GPUMEM_API gpumem_status_t gpumem_reclaim_add(gpumem_reclaim_fn reclaim, void* u
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_API gpumem_status_t gpumem_reclaim_remove(uint64_t id);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_reclaim_remove(uint64_t id);
 
 #ifdef __cplusplus
 }

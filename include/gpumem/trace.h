@@ -39,7 +39,7 @@ typedef struct gpumem_trace_s gpumem_trace_t;
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_API gpumem_status_t gpumem_trace_start(gpumem_allocator_t* allocator, const char* path, uint32_t flags,
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_trace_start(gpumem_allocator_t* allocator, const char* path, uint32_t flags,
                                               gpumem_trace_t** out_trace);
 
 /**
@@ -53,7 +53,7 @@ GPUMEM_API gpumem_status_t gpumem_trace_start(gpumem_allocator_t* allocator, con
  * Per handle: concurrent calls on different handles; one handle is serialized by the caller.
  * @since 0.3.0
  */
-GPUMEM_API gpumem_status_t gpumem_trace_stop(gpumem_trace_t* trace);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_trace_stop(gpumem_trace_t* trace);
 
 /** @brief An open trace file being read, from gpumem_trace_reader_open(). @since 0.3.0 */
 typedef struct gpumem_trace_reader_s gpumem_trace_reader_t;
@@ -103,7 +103,7 @@ typedef struct gpumem_trace_record_s {
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_API gpumem_status_t gpumem_trace_reader_open(const char* path, gpumem_trace_reader_t** out_reader);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_trace_reader_open(const char* path, gpumem_trace_reader_t** out_reader);
 
 /**
  * @brief The header of an open trace.
@@ -116,7 +116,7 @@ GPUMEM_API gpumem_status_t gpumem_trace_reader_open(const char* path, gpumem_tra
  * Per handle: concurrent calls on different handles; one handle is serialized by the caller.
  * @since 0.3.0
  */
-GPUMEM_API gpumem_status_t gpumem_trace_reader_get_header(gpumem_trace_reader_t* reader,
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_trace_reader_get_header(gpumem_trace_reader_t* reader,
                                                           gpumem_trace_header_t* out_header);
 
 /**
@@ -133,7 +133,7 @@ GPUMEM_API gpumem_status_t gpumem_trace_reader_get_header(gpumem_trace_reader_t*
  * Per handle: concurrent calls on different handles; one handle is serialized by the caller.
  * @since 0.3.0
  */
-GPUMEM_API gpumem_status_t gpumem_trace_reader_next(gpumem_trace_reader_t* reader, gpumem_trace_record_t* out_record,
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_trace_reader_next(gpumem_trace_reader_t* reader, gpumem_trace_record_t* out_record,
                                                     bool* out_has_record);
 
 /**
@@ -145,7 +145,7 @@ GPUMEM_API gpumem_status_t gpumem_trace_reader_next(gpumem_trace_reader_t* reade
  * Per handle: concurrent calls on different handles; one handle is serialized by the caller.
  * @since 0.3.0
  */
-GPUMEM_API gpumem_status_t gpumem_trace_reader_close(gpumem_trace_reader_t* reader);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_trace_reader_close(gpumem_trace_reader_t* reader);
 
 #ifdef __cplusplus
 }

@@ -71,7 +71,7 @@ typedef struct gpumem_vm_info_s {
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.4.0
  */
-GPUMEM_API gpumem_status_t gpumem_vm_params_init(gpumem_vm_params_t* params, size_t struct_size);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_vm_params_init(gpumem_vm_params_t* params, size_t struct_size);
 
 /**
  * @brief Creates an allocator of device memory mapped into reserved addresses (`cuMemAddressReserve`,
@@ -99,7 +99,7 @@ GPUMEM_API gpumem_status_t gpumem_vm_params_init(gpumem_vm_params_t* params, siz
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.4.0
  */
-GPUMEM_API gpumem_status_t gpumem_allocator_create_vm(const gpumem_vm_params_t* params,
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_vm(const gpumem_vm_params_t* params,
                                                       gpumem_allocator_t** out_allocator);
 
 /**
@@ -116,7 +116,7 @@ GPUMEM_API gpumem_status_t gpumem_allocator_create_vm(const gpumem_vm_params_t* 
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.4.0
  */
-GPUMEM_API gpumem_status_t gpumem_vm_get_info(gpumem_allocator_t* allocator, gpumem_vm_info_t* out_info);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_vm_get_info(gpumem_allocator_t* allocator, gpumem_vm_info_t* out_info);
 
 #ifdef __cplusplus
 }

@@ -273,6 +273,10 @@ class Describer:
                 if c.type.kind != self.T.FUNCTIONPROTO:
                     problems.append(f"{header}: {c.spelling} has no prototype (write (void))")
                     continue
+                if c.result_type.spelling == "gpumem_status_t" and not any(
+                        ch.kind == K.WARN_UNUSED_RESULT_ATTR for ch in c.get_children()):
+                    problems.append(f"{header}: {c.spelling} returns a status and is declared without GPUMEM_NODISCARD")
+                    continue
                 params = [self.type_entry(a.type, a.spelling) for a in c.get_arguments()]
                 functions[c.spelling] = {
                     "header": header,

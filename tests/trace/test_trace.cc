@@ -38,19 +38,27 @@ std::vector<Record> read_all(const std::string& path, gpumem::trace::Header* hea
 
 gpumem_stream_t stream(uintptr_t n) { return reinterpret_cast<gpumem_stream_t>(n); }
 
+// A call that must succeed: a failure is printed with gpumem's detail and counted.
+void must(gpumem_status_t status, const char* call) {
+  if (status == GPUMEM_SUCCESS) return;
+  std::printf("%s: %s: %s\n", call, gpumem_status_name(status), gpumem_last_error_detail());
+  ++failures;
+}
+#define OK(call) must((call), #call)
+
 struct HostPool {
   gpumem_allocator_t* host = nullptr;
   gpumem_allocator_t* pool = nullptr;
   explicit HostPool(uint64_t limit = 0) {
-    gpumem_allocator_create_host(0, &host);
+    OK(gpumem_allocator_create_host(0, &host));
     gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
     params.upstream = host;
     params.limit = limit;
-    gpumem_pool_create(&params, &pool);
+    OK(gpumem_pool_create(&params, &pool));
   }
   ~HostPool() {
-    gpumem_allocator_destroy_force(pool);
-    gpumem_allocator_destroy(host);
+    OK(gpumem_allocator_destroy_force(pool));
+    OK(gpumem_allocator_destroy(host));
   }
 };
 
@@ -63,13 +71,13 @@ void records_what_the_pool_did() {
   void* a = nullptr;
   void* b = nullptr;
   void* c = nullptr;
-  gpumem_alloc(h.pool, 1000, stream(0x1000), &a);     // grows: upstream 1024, then the allocation
-  gpumem_free(h.pool, a, stream(0x1000));             // a free
-  gpumem_alloc(h.pool, 600, stream(0x1000), &b);      // from the cache: no upstream record
-  gpumem_alloc(h.pool, 2 << 20, stream(0x2000), &c);  // beyond the limit: a failed allocation
+  OK(gpumem_alloc(h.pool, 1000, stream(0x1000), &a));     // grows: upstream 1024, then the allocation
+  OK(gpumem_free(h.pool, a, stream(0x1000)));             // a free
+  OK(gpumem_alloc(h.pool, 600, stream(0x1000), &b));      // from the cache: no upstream record
+  CHECK(gpumem_alloc(h.pool, 2 << 20, stream(0x2000), &c) == GPUMEM_ERROR_OUT_OF_MEMORY);  // beyond the limit: a failed allocation
   CHECK(c == nullptr);
-  gpumem_free(h.pool, b, stream(0x1000));
-  gpumem_pool_release(h.pool, nullptr, GPUMEM_POOL_RELEASE_ALL_STREAMS);    // the block goes back
+  OK(gpumem_free(h.pool, b, stream(0x1000)));
+  OK(gpumem_pool_release(h.pool, nullptr, GPUMEM_POOL_RELEASE_ALL_STREAMS));    // the block goes back
   CHECK(gpumem_free(h.pool, b, stream(0x1000)) == GPUMEM_ERROR_NOT_OWNED);  // refused: not recorded
   CHECK(gpumem_trace_stop(trace) == GPUMEM_SUCCESS);
 
@@ -107,8 +115,8 @@ void many_threads_and_many_records() {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kPairs; ++i) {
         void* p = nullptr;
-        gpumem_alloc(h.pool, 512 * (1 + (i + t) % 7), stream(0x1000 * (t + 1)), &p);
-        gpumem_free(h.pool, p, stream(0x1000 * (t + 1)));
+        OK(gpumem_alloc(h.pool, 512 * (1 + (i + t) % 7), stream(0x1000 * (t + 1)), &p));
+        OK(gpumem_free(h.pool, p, stream(0x1000 * (t + 1))));
       }
     });
   for (auto& th : threads) th.join();
@@ -166,8 +174,8 @@ void destroying_the_allocator_completes_the_file() {
     HostPool h;
     CHECK(gpumem_trace_start(h.pool, path.c_str(), 0, &trace) == GPUMEM_SUCCESS);
     void* p = nullptr;
-    gpumem_alloc(h.pool, 4096, nullptr, &p);
-    gpumem_free(h.pool, p, nullptr);
+    OK(gpumem_alloc(h.pool, 4096, nullptr, &p));
+    OK(gpumem_free(h.pool, p, nullptr));
   }  // the pool goes, giving its block back: recorded, then the file is closed
   const std::vector<Record> r = read_all(path);
   CHECK(r.size() == 4 && r.back().event == Event::kUpstreamFree);
@@ -192,11 +200,11 @@ void damaged_files_are_refused() {
   CHECK(refused("is not a gpumem trace"));
   HostPool h;
   gpumem_trace_t* trace = nullptr;
-  gpumem_trace_start(h.pool, path.c_str(), 0, &trace);
+  OK(gpumem_trace_start(h.pool, path.c_str(), 0, &trace));
   void* p = nullptr;
-  gpumem_alloc(h.pool, 4096, nullptr, &p);
-  gpumem_trace_stop(trace);
-  gpumem_free(h.pool, p, nullptr);
+  OK(gpumem_alloc(h.pool, 4096, nullptr, &p));
+  OK(gpumem_trace_stop(trace));
+  OK(gpumem_free(h.pool, p, nullptr));
   CHECK(truncate(path.c_str(), 40) == 0);  // the header (34 bytes) and part of a record
   CHECK(refused("a record ends early"));
   std::remove(path.c_str());
@@ -217,13 +225,13 @@ void small_buffers_read_the_same() {
     if (gpumem_alloc(h.pool, 1000 + 777 * static_cast<size_t>(i % 50), stream(0x10 * (i % 3)), &p) == GPUMEM_SUCCESS)
       live.push_back(p);
     if (i % 4 == 3) {
-      gpumem_free(h.pool, live.front(), stream(0x10 * (i % 3)));
+      OK(gpumem_free(h.pool, live.front(), stream(0x10 * (i % 3))));
       live.erase(live.begin());
     }
   }
   void* p = nullptr;
   CHECK(gpumem_alloc(h.pool, 2 << 20, nullptr, &p) == GPUMEM_ERROR_OUT_OF_MEMORY);  // past the limit: recorded
-  for (void* q : live) gpumem_free(h.pool, q, nullptr);
+  for (void* q : live) OK(gpumem_free(h.pool, q, nullptr));
   CHECK(gpumem_trace_stop(trace) == GPUMEM_SUCCESS);
   gpumem::trace::Header want_header;
   const std::vector<Record> want = read_all(path, &want_header);
