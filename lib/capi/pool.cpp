@@ -7,10 +7,9 @@
 #include <vector>
 
 #include "capi/guard.hpp"
-#include "core/size_text.hpp"
 #include "defaults/defaults.hpp"
 #include "defaults/pool_config.hpp"
-#include "driver/device.hpp"
+#include "defaults/pool_limit.hpp"
 #include "pool/pool.hpp"
 
 using gpumem::fail;
@@ -30,17 +29,6 @@ Pool* pool_from(gpumem_allocator_t* handle) {
   return pool;
 }
 
-uint64_t limit_of_fraction(int device, double fraction) {
-  if (!(fraction > 0 && fraction <= 1))
-    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "limit fraction %g is not in (0, 1]", fraction);
-  if (device < 0) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "a limit fraction needs a device; this pool holds host memory");
-  const auto limit = static_cast<uint64_t>(static_cast<double>(gpumem::driver::device_total_memory(device)) * fraction);
-  if (limit == 0)
-    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "limit fraction %g of device %d's memory is less than a byte", fraction,
-         device);
-  return limit;
-}
-
 }  // namespace
 
 extern "C" {
@@ -56,16 +44,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_create(const gpumem_pool_params_t* params
     const gpumem_pool_params_t p = gpumem::capi::in_struct(params, "params");
     require(p.upstream != nullptr, "params->upstream is NULL");
     Allocator* upstream = Allocator::from(p.upstream);
-    if (p.limit && p.limit_fraction != 0)
-      fail(GPUMEM_ERROR_INVALID_ARGUMENT, "params give both a limit (%s bytes) and a limit fraction (%g); give one",
-           gpumem::grouped(p.limit).c_str(), p.limit_fraction);
-    uint64_t limit = p.limit;
-    if (p.limit_fraction != 0) {
-      limit = limit_of_fraction(upstream->device(), p.limit_fraction);
-    } else if (!limit && upstream->device() >= 0) {
-      limit = gpumem::limit_from_environment(gpumem::driver::device_total_memory, upstream->device());
-    }
-    *out_pool = new Pool(upstream, limit);
+    *out_pool = new Pool(upstream, gpumem::alloc::pool_limit(p.limit, p.limit_fraction, upstream->device()));
   });
 }
 
@@ -124,7 +103,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_set_limit(gpumem_allocator_t* pool, uint6
 GPUMEM_API gpumem_status_t gpumem_pool_set_limit_fraction(gpumem_allocator_t* pool, double fraction) {
   return guard([&] {
     Pool* p = pool_from(pool);
-    p->set_limit(limit_of_fraction(p->device(), fraction));
+    p->set_limit(gpumem::alloc::limit_of_fraction(p->device(), fraction));
   });
 }
 
@@ -170,23 +149,6 @@ GPUMEM_API gpumem_status_t gpumem_reclaim_remove(uint64_t id) {
 
 }  // extern "C"
 
-namespace {
-
-const char* block_state_name(int state) {
-  switch (state) {
-    case GPUMEM_BLOCK_IN_USE:
-      return "in_use";
-    case GPUMEM_BLOCK_PENDING:
-      return "pending";
-    case GPUMEM_BLOCK_UNMAPPED:
-      return "unmapped";
-    default:
-      return "free";
-  }
-}
-
-}  // namespace
-
 GPUMEM_API gpumem_status_t gpumem_pool_snapshot(gpumem_allocator_t* pool, gpumem_block_fn fn, void* user_data) {
   return guard([&] {
     require(fn != nullptr, "fn is NULL");
@@ -208,35 +170,6 @@ GPUMEM_API gpumem_status_t gpumem_pool_snapshot(gpumem_allocator_t* pool, gpumem
 GPUMEM_API gpumem_status_t gpumem_pool_snapshot_json(gpumem_allocator_t* pool, const char* path) {
   return guard([&] {
     require(path != nullptr, "path is NULL");
-    Pool* p = pool_from(pool);
-    const gpumem::pool::Info info = p->info();
-    const std::vector<gpumem::pool::BlockInfo> blocks = p->snapshot();
-    std::string out = gpumem::format(
-        "{\"format\": \"gpumem-pool-snapshot\", \"version\": 1, \"device\": %d, \"used_bytes\": %llu, "
-        "\"free_bytes\": %llu, \"pending_bytes\": %llu, \"total_bytes\": %llu, \"limit\": %llu,\n \"segments\": [",
-        p->device(), static_cast<unsigned long long>(info.used), static_cast<unsigned long long>(info.free),
-        static_cast<unsigned long long>(info.pending), static_cast<unsigned long long>(info.total),
-        static_cast<unsigned long long>(info.limit));
-    for (size_t i = 0; i < blocks.size(); ++i) {
-      const gpumem::pool::BlockInfo& b = blocks[i];
-      const bool first = i == 0 || blocks[i - 1].segment != b.segment;
-      const bool last = i + 1 == blocks.size() || blocks[i + 1].segment != b.segment;
-      if (first)
-        out +=
-            gpumem::format("%s\n  {\"address\": %llu, \"size\": %llu, \"blocks\": [", i ? "," : "",
-                           static_cast<unsigned long long>(b.segment), static_cast<unsigned long long>(b.segment_size));
-      out += gpumem::format(
-          "%s\n    {\"address\": %llu, \"size\": %llu, \"requested\": %llu, \"state\": \"%s\", \"stream\": %llu}",
-          first ? "" : ",", static_cast<unsigned long long>(b.address), static_cast<unsigned long long>(b.size),
-          static_cast<unsigned long long>(b.requested), block_state_name(b.state),
-          static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(b.stream)));
-      if (last) out += "]}";
-    }
-    out += "\n]}\n";
-    std::FILE* f = std::fopen(path, "wb");
-    if (!f) fail(GPUMEM_ERROR_IO, "cannot create the snapshot file %s: %s", path, std::strerror(errno));
-    const bool written = std::fwrite(out.data(), 1, out.size(), f) == out.size();
-    if (std::fclose(f) != 0 || !written)
-      fail(GPUMEM_ERROR_IO, "writing the snapshot file %s failed: %s", path, std::strerror(errno));
+    gpumem::pool::write_snapshot_json(*pool_from(pool), path);
   });
 }

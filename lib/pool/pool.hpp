@@ -341,4 +341,7 @@ class Pool final : public alloc::Allocator {
   std::vector<std::unique_ptr<ArenaTable>> tables_;   // the current one last; older ones kept for readers
 };
 
+// Writes the pool's snapshot to path as JSON ("format": "gpumem-pool-snapshot"); IO on failure.
+void write_snapshot_json(Pool& pool, const char* path);
+
 }  // namespace gpumem::pool
