@@ -348,6 +348,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_free(gpumem_allocator_t* allo
  * still running on another thread; gpumem does not track those calls.
  * @param[in] device Device index.
  * @param[in] allocator The new default, or NULL for the device's pool (gpumem_pool_get_device()).
+ *            The default it replaces may be destroyed at once: gpumem_allocator_destroy() waits
+ *            for the calls that resolved a NULL allocator to it and are still running.
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p device is negative.
  * @retval GPUMEM_ERROR_INVALID_HANDLE
@@ -441,21 +443,24 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_reset_peaks(gpumem_
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p hook or @p out_hook_id is NULL, or @p events is 0 or has unknown bits.
  * @retval GPUMEM_ERROR_INVALID_HANDLE
  * @par Thread safety
- * Thread-safe: any thread, concurrently, including on the same handle. A call in progress on
- * another thread may still run the hooks it saw when it started.
+ * Thread-safe: any thread, concurrently, including on the same handle. Hook ids are never given
+ * twice in a process, by any allocator.
  * @since 0.1.0
  */
 GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_add_hook(gpumem_allocator_t* allocator, uint32_t events,
                                                      gpumem_hook_fn hook, void* user_data, uint64_t* out_hook_id);
 
 /**
- * @brief Removes a hook. A call already in progress on another thread may still run it: keep its
- *        @c user_data valid until such calls have ended.
+ * @brief Removes a hook. Returns once no call of the hook is running on another thread, after
+ *        which it never runs again: its @c user_data may then be released. Called from inside
+ *        the hook itself, it waits for the other threads' calls only; the call it is made from
+ *        finishes after it returns. Two hooks that remove each other from inside themselves, on
+ *        two threads at once, wait for each other for ever.
  * @param[in] allocator The allocator it was added to.
  * @param[in] hook_id What gpumem_allocator_add_hook() gave.
  * @retval GPUMEM_SUCCESS
- * @retval GPUMEM_ERROR_INVALID_ARGUMENT No hook with that id is on this allocator.
- * @retval GPUMEM_ERROR_INVALID_HANDLE
+ * @retval GPUMEM_ERROR_INVALID_HANDLE No hook with that id is on this allocator (removed already,
+ *         never added, or added to another allocator), or @p allocator is not a live allocator.
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0

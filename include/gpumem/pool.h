@@ -382,11 +382,12 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_record_stream(gpumem_all
 GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_reclaim_add(gpumem_reclaim_fn reclaim, void* user_data, uint64_t* out_id);
 
 /**
- * @brief Removes a reclaim callback. A pool already running the callbacks on another thread may
- *        still call it once: keep its @c user_data valid until such calls have ended.
+ * @brief Removes a reclaim callback. Returns once no call of it is running on another thread,
+ *        after which it never runs again: its @c user_data may then be released. Called from
+ *        inside the callback itself, it waits for the other threads' calls only.
  * @param[in] id What gpumem_reclaim_add() gave.
  * @retval GPUMEM_SUCCESS
- * @retval GPUMEM_ERROR_INVALID_ARGUMENT No callback has that id.
+ * @retval GPUMEM_ERROR_INVALID_HANDLE No callback has that id (removed already, or never added).
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0

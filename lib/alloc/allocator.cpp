@@ -7,12 +7,7 @@ namespace gpumem::alloc {
 void Allocator::refuse(gpumem_allocator_t* handle) {
   const void* p = handle;
   if (!p) fail(GPUMEM_ERROR_INVALID_HANDLE, "NULL is not a live gpumem allocator (this call takes no default)");
-  if (!in_handle_space(p))
-    fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem allocator: gpumem made no handle at that address", p);
-  if (handle->magic == gpumem_allocator_s::kDestroyed)
-    fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem allocator: it was destroyed", p);
-  fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem allocator: another kind of handle, or the inside of one",
-       p);
+  fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem allocator: %s", p, gpumem_allocator_s::why(p));
 }
 
 void Allocator::set_peer_access(int peer_device, bool) {
@@ -123,36 +118,31 @@ void Allocator::reset_peaks() {
 }
 
 uint64_t Allocator::add_hook(uint32_t events, gpumem_hook_fn fn, void* user_data) {
-  std::lock_guard<std::mutex> lock(hooks_mutex_);
-  const uint64_t id = next_hook_id_++;
-  hooks_.push_back(Hook{id, events, fn, user_data});
-  hook_events_.fetch_or(events, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(hooks_mutex_);  // hook_events_ is written by one at a time
+  uint32_t all = 0;
+  const uint64_t id = hooks_.add(events, fn, user_data, all);
+  hook_events_.store(all | (recorder_.load() ? kTraced : 0), std::memory_order_release);
   return id;
 }
 
 void Allocator::remove_hook(uint64_t id) {
-  std::lock_guard<std::mutex> lock(hooks_mutex_);
-  const auto it = std::find_if(hooks_.begin(), hooks_.end(), [&](const Hook& h) { return h.id == id; });
-  if (it == hooks_.end())
-    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "no hook with id %llu is on this allocator",
-         static_cast<unsigned long long>(id));
-  hooks_.erase(it);
-  uint32_t events = recorder_.load() ? kTraced : 0;
-  for (const Hook& h : hooks_) events |= h.events;
-  hook_events_.store(events, std::memory_order_release);
+  uint32_t all = 0;
+  std::shared_ptr<Callbacks<gpumem_hook_fn>::Entry> hook;
+  {
+    std::lock_guard<std::mutex> lock(hooks_mutex_);
+    // The wait for calls in progress holds none of this allocator's locks, so those calls may
+    // still add or remove hooks.
+    hook = hooks_.take(id, all);
+    if (!hook)
+      fail(GPUMEM_ERROR_INVALID_HANDLE, "no hook with id %llu is on this allocator (removed already, or never added)",
+           static_cast<unsigned long long>(id));
+    hook_events_.store(all | (recorder_.load() ? kTraced : 0), std::memory_order_release);
+  }
+  hooks_.wait_idle(hook);
 }
 
 void Allocator::run_hooks(uint32_t event, size_t size, size_t mem_size, void* p, gpumem_stream_t stream,
                           gpumem_status_t status) noexcept {
-  // Called without the lock, so a hook may add or remove hooks, or allocate elsewhere.
-  std::vector<Hook> hooks;
-  try {
-    std::lock_guard<std::mutex> lock(hooks_mutex_);
-    for (const Hook& h : hooks_)
-      if (h.events & event) hooks.push_back(h);
-  } catch (...) {
-    return;  // no memory to list them: the call's own outcome matters more than its observers
-  }
   gpumem_hook_info_t info{};
   info.struct_size = sizeof info;
   info.event = event;
@@ -163,7 +153,7 @@ void Allocator::run_hooks(uint32_t event, size_t size, size_t mem_size, void* p,
   info.ptr = p;
   info.stream = stream;
   info.status = status;
-  for (const Hook& h : hooks) h.fn(&info, h.user_data);
+  hooks_.run(event, [&](gpumem_hook_fn fn, void* user_data) { fn(&info, user_data); });
 }
 
 }  // namespace gpumem::alloc

@@ -10,19 +10,16 @@
 #include <vector>
 
 #include "alloc/stream_order.hpp"
+#include "core/callbacks.hpp"
 #include "core/error.hpp"
+#include "core/handle.hpp"
 #include "core/keep.hpp"
 #include "core/spin_lock.hpp"
 #include "gpumem/allocator.h"
 #include "trace/trace.hpp"
 
-struct gpumem_allocator_s {
-  // A live handle carries this; destroy replaces it, so a stale handle, or one of another type, is
-  // refused.
-  static constexpr uint64_t kLive = 0x676d616c6c6f6321;       // "gmalloc!"
-  static constexpr uint64_t kDestroyed = 0x676d64656164216d;  // "gmdead!m"
-  uint64_t magic = kLive;
-};
+// An allocator handle (core/handle.hpp): refused once destroyed, for good.
+struct gpumem_allocator_s : gpumem::Handle<0x676d616c6c6f6321> {};  // "gmalloc!"
 
 namespace gpumem::alloc {
 
@@ -101,17 +98,6 @@ class Allocator : public gpumem_allocator_s {
   Allocator(int device, const char* kind) : device_(device), kind_(kind) {}
   virtual ~Allocator();
 
-  // In the handle space (core/keep.hpp): the memory of a destroyed allocator is never given back
-  // nor reused, so a stale handle still points at gpumem's memory, whose mark says "destroyed".
-  static void* operator new(size_t size) { return handle_allocate(size); }
-  static void operator delete(void*, size_t) noexcept {}
-  // For kinds that align members to cache lines (the pool).
-  static void* operator new(size_t size, std::align_val_t alignment) {
-    return handle_allocate(size, static_cast<size_t>(alignment));
-  }
-  static void operator delete(void*, size_t, std::align_val_t) noexcept {}
-  // Marks a handle destroyed; destroy calls it before deleting.
-  void mark_destroyed() { *const_cast<volatile uint64_t*>(&magic) = kDestroyed; }
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
 
@@ -125,6 +111,8 @@ class Allocator : public gpumem_allocator_s {
   virtual Stats stats();
   virtual void reset_peaks();
   uint64_t add_hook(uint32_t events, gpumem_hook_fn fn, void* user_data);
+  // Returns once no other thread runs the hook (core/callbacks.hpp); throws INVALID_HANDLE for an
+  // id not on this allocator.
   void remove_hook(uint64_t id);
   // Starts recording this allocator's events to a new file at path; BUSY if it is recorded
   // already. The recorder stays the caller's handle until stop_trace().
@@ -142,6 +130,9 @@ class Allocator : public gpumem_allocator_s {
   void remove_pool() { pools_.fetch_sub(1, std::memory_order_relaxed); }
   int pools() const { return pools_.load(std::memory_order_relaxed); }
   bool permanent() const { return permanent_; }
+  // Set once it is made a process default: its destroy waits for calls that resolved NULL to it.
+  bool was_default() const { return was_default_.load(std::memory_order_relaxed); }
+  void mark_was_default() { was_default_.store(true, std::memory_order_relaxed); }
   void make_permanent() { permanent_ = true; }
 
   // How the GPU's streams' work on this allocator's memory is ordered; NULL for memory no stream's
@@ -164,7 +155,7 @@ class Allocator : public gpumem_allocator_s {
   // handle only once it is known to point into the handle space. Every gpumem_alloc() and
   // gpumem_free() runs it: a few instructions, no lock.
   static Allocator* from(gpumem_allocator_t* handle) {
-    if (__builtin_expect(!in_handle_space(handle) || handle->magic != gpumem_allocator_s::kLive, 0)) refuse(handle);
+    if (__builtin_expect(!gpumem_allocator_s::live(handle), 0)) refuse(handle);
     return static_cast<Allocator*>(handle);
   }
   [[noreturn]] static void refuse(gpumem_allocator_t* handle);
@@ -194,22 +185,16 @@ class Allocator : public gpumem_allocator_s {
   Stats stats_;
 
  private:
-  struct Hook {
-    uint64_t id;
-    uint32_t events;
-    gpumem_hook_fn fn;
-    void* user_data;
-  };
   const int device_;
   const char* const kind_;
   std::atomic<int> users_{0};
   std::atomic<int> pools_{0};
   bool permanent_ = false;
-  std::mutex hooks_mutex_;
-  std::vector<Hook> hooks_;
+  std::atomic<bool> was_default_{false};
+  std::mutex hooks_mutex_;  // one trace start or stop at a time
+  Callbacks<gpumem_hook_fn> hooks_;
   std::atomic<uint32_t> hook_events_{0};  // union of the hooks' masks, and kTraced: one load on the fast path
   std::atomic<trace::Recorder*> recorder_{nullptr};
-  uint64_t next_hook_id_ = 1;
 };
 
 }  // namespace gpumem::alloc

@@ -30,6 +30,7 @@ void destroy(gpumem_allocator_t* handle, bool force) {
     gpumem::fail(GPUMEM_ERROR_BUSY,
                  "%p is relied on %d time%s: as the upstream of a pool, a process default or a thread's override",
                  static_cast<void*>(handle), users, users == 1 ? "" : "s");
+  if (a->was_default()) gpumem::alloc::wait_for_default_calls();
   uint64_t count = 0, bytes = 0;
   a->live(count, bytes);
   if (count && !force)
@@ -38,10 +39,18 @@ void destroy(gpumem_allocator_t* handle, bool force) {
                  "gpumem_allocator_destroy_force",
                  static_cast<void*>(handle), static_cast<unsigned long long>(count), count == 1 ? "" : "s",
                  gpumem::grouped(bytes).c_str());
-  if (count) a->free_all_live();
-  // A pool's cache goes back first, so an upstream that refuses a block fails the destroy.
-  if (auto* pool = dynamic_cast<gpumem::pool::Pool*>(a)) pool->release(nullptr, true);
-  a->mark_destroyed();
+  // Retired first, so that of two threads destroying it at once one does, the other is refused.
+  if (!a->retire())
+    gpumem::fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem allocator: another thread destroyed it",
+                 static_cast<void*>(handle));
+  try {
+    if (count) a->free_all_live();
+    // A pool's cache goes back first, so an upstream that refuses a block fails the destroy.
+    if (auto* pool = dynamic_cast<gpumem::pool::Pool*>(a)) pool->release(nullptr, true);
+  } catch (...) {
+    a->revive();
+    throw;
+  }
   delete a;
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "capi/guard.hpp"
+#include "core/handle.hpp"
 #include "core/keep.hpp"
 #include "defaults/defaults.hpp"
 #include "gpumem/trace.h"
@@ -18,41 +19,15 @@ using gpumem::trace::Recorder;
 
 namespace {
 
-// What a caller's gpumem_trace_t* and gpumem_trace_reader_t* point at: shells in the handle space
-// (core/keep.hpp), never freed, so that a stale handle is refused rather than read after it is
-// gone, and a pointer that is no handle is refused before anything is read through it.
-template <uint64_t Live>
-struct Shell {
-  static constexpr uint64_t kLive = Live;
-  static constexpr uint64_t kClosed = ~Live;
-  uint64_t magic = kLive;  // first: what a check reads
-
-  static void* operator new(size_t size) { return gpumem::handle_allocate(size); }
-  static void operator delete(void*, size_t) noexcept {}
-  // Marks the handle closed, before it is deleted; volatile, so that the store is not dropped as
-  // one to an object whose life ends.
-  void mark_closed() { *const_cast<volatile uint64_t*>(&magic) = kClosed; }
-
-  // Whether a handle is a live one of this type.
-  static bool live(const void* handle) {
-    return gpumem::in_handle_space(handle) && *static_cast<const uint64_t*>(handle) == kLive;
-  }
-  // Why it is not, for the detail.
-  static const char* why(const void* handle) {
-    if (!handle) return "it is NULL";
-    if (!gpumem::in_handle_space(handle)) return "gpumem made no handle at that address";
-    if (*static_cast<const uint64_t*>(handle) == kClosed) return "it is closed";
-    return "it is another kind of handle, or the inside of one";
-  }
-};
-
+// What a caller's gpumem_trace_t* and gpumem_trace_reader_t* point at: handles (core/handle.hpp),
+// refused once stopped or closed. The Recorder and Reader behind them are separate objects.
 // A recording behind a handle. The Recorder is never deleted either (trace/trace.hpp).
-struct TraceHandle : Shell<0x7472616365616c21> {  // "traceal!"
+struct TraceHandle : gpumem::Handle<0x7472616365616c21> {  // "traceal!"
   Recorder* recorder = nullptr;
 };
 
 // A reader behind a handle; closing closes the file.
-struct ReaderHandle : Shell<0x7472726561646572> {  // "trreader"
+struct ReaderHandle : gpumem::Handle<0x7472726561646572> {  // "trreader"
   std::unique_ptr<gpumem::trace::Reader> reader;
   std::string damage;  // the first failure of next(), repeated by later calls
 };
@@ -73,7 +48,7 @@ GPUMEM_API gpumem_status_t gpumem_trace_start(gpumem_allocator_t* allocator, con
     *out_trace = nullptr;
     require(path != nullptr, "path is NULL");
     if (flags != 0) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "flags is 0x%x; no flag is defined yet: pass 0", flags);
-    Allocator* a = gpumem::alloc::resolve(allocator);
+    const gpumem::alloc::Resolved a = gpumem::alloc::resolve(allocator);
     auto h = std::make_unique<TraceHandle>();  // before the start, which cannot be undone
     h->recorder = a->start_trace(path);
     *out_trace = reinterpret_cast<gpumem_trace_t*>(h.release());
@@ -86,7 +61,9 @@ GPUMEM_API gpumem_status_t gpumem_trace_stop(gpumem_trace_t* trace) {
       fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a trace being recorded (stopped already, or never started): %s",
            static_cast<void*>(trace), TraceHandle::why(trace));
     auto* h = reinterpret_cast<TraceHandle*>(trace);
-    h->mark_closed();
+    if (!h->retire())
+      fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a trace being recorded: another thread stopped it",
+           static_cast<void*>(trace));
     Recorder* r = h->recorder;
     delete h;
     if (void* owner = r->owner.exchange(nullptr))
@@ -154,7 +131,9 @@ GPUMEM_API gpumem_status_t gpumem_trace_reader_close(gpumem_trace_reader_t* read
   return guard([&] {
     if (!reader) return;
     ReaderHandle* h = reader_from(reader);
-    h->mark_closed();
+    if (!h->retire())
+      fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not an open trace reader: another thread closed it",
+           static_cast<void*>(reader));
     delete h;
   });
 }

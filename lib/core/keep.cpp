@@ -1,5 +1,7 @@
 #include "core/keep.hpp"
 
+#include "core/handle.hpp"
+
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -25,6 +27,11 @@ void keep_forever(void* p) noexcept {
 }
 
 constinit HandleSpace handle_space;
+
+uint64_t next_id() noexcept {
+  static constinit std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 
 namespace {
 

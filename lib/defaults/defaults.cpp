@@ -1,9 +1,10 @@
 #include "defaults/defaults.hpp"
 
-#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <memory>
-#include <vector>
+#include <mutex>
+#include <thread>
 
 #include "alloc/raw.hpp"
 #include "alloc/vm.hpp"
@@ -66,29 +67,41 @@ ThreadOverride::~ThreadOverride() {
   thread_override_fast = nullptr;
 }
 
-struct Reclaim {
-  uint64_t id;
-  gpumem_reclaim_fn fn;
-  void* user_data;
-};
-struct ReclaimRegistry {
-  std::mutex mutex;
-  std::vector<Reclaim> callbacks;
-  uint64_t next_id = 1;
-};
-ReclaimRegistry& reclaim_registry() {
-  static ReclaimRegistry* r = new ReclaimRegistry;  // leaked: pools may run it during exit
+// Leaked: pools may run them during exit.
+Callbacks<gpumem_reclaim_fn>& reclaim_callbacks() {
+  static auto* r = new Callbacks<gpumem_reclaim_fn>;
   return *r;
+}
+std::mutex& reclaim_mutex() {  // one add or remove at a time sets the pools' runner
+  static auto* m = new std::mutex;
+  return *m;
 }
 
 void run_reclaim(int device, size_t size) {
-  std::vector<Reclaim> callbacks;
-  {
-    ReclaimRegistry& r = reclaim_registry();
-    std::lock_guard<std::mutex> lock(r.mutex);
-    callbacks = r.callbacks;
-  }
-  for (const Reclaim& c : callbacks) c.fn(device, size, c.user_data);
+  reclaim_callbacks().run(~0u, [&](gpumem_reclaim_fn fn, void* user_data) { fn(device, size, user_data); });
+}
+
+// Calls that resolved NULL to a process default the caller set, in two generations (SRCU's
+// scheme): a call counts itself in the current one before it reads the default, and the destroy of
+// an allocator that was a default waits, generation by generation, until no call that may have
+// read it is left. Calls that find no default set (they use the device's pool, which is never
+// destroyed) and calls through a thread's own override count nothing.
+struct DefaultCalls {
+  static constexpr size_t kShards = 64;
+  struct alignas(64) Shard {
+    std::atomic<uint64_t> calls{0};
+  };
+  std::atomic<unsigned> generation{0};
+  Shard shards[2][kShards];
+  std::mutex waiting;  // one destroy waits at a time
+};
+DefaultCalls default_calls;
+
+// A shard per thread, by its stack: threads' stacks lie megabytes apart, so threads rarely share a
+// shard (and only contend when they do); no thread-local is read.
+size_t default_call_shard() {
+  const uint64_t sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0)) >> 20;
+  return static_cast<size_t>((sp * 0x9e3779b97f4a7c15ULL) >> 58);
 }
 
 // Over virtual memory where the device supports it (unless configured otherwise), mapped in units
@@ -109,17 +122,45 @@ Allocator* device_pool_upstream(int device, const PoolConfig& config) {
 
 }  // namespace
 
-Allocator* current_default() {
+Resolved::~Resolved() {
+  if (counted_) counted_->fetch_sub(1, std::memory_order_release);
+}
+
+Resolved current_default() {
   if (threads_overriding.load(std::memory_order_relaxed) != 0)
-    if (Allocator* a = thread_override_fast) return a;
+    if (Allocator* a = thread_override_fast) return Resolved(a);
   // get_default() and device_pool() in one: every gpumem_alloc(NULL, ...) and free runs this.
   // With one device, every context is device 0's: no driver call (one costs 15-70 ns on the H200).
   Defaults& d = all_defaults();
   const int device = d.devices == 1 ? 0 : driver::current_device();
   if (device >= d.devices) driver::require_device(device);
-  if (Allocator* a = d.defaults[static_cast<size_t>(device)].load(std::memory_order_acquire)) return a;
-  if (Allocator* pool = d.pools[static_cast<size_t>(device)].load(std::memory_order_acquire)) return pool;
-  return device_pool(device);
+  std::atomic<Allocator*>& slot = d.defaults[static_cast<size_t>(device)];
+  if (slot.load(std::memory_order_acquire)) {
+    // Counted before it is read again: a destroy that waits for this generation sees the count,
+    // or this call sees the default that replaced the one being destroyed.
+    const unsigned g = default_calls.generation.load(std::memory_order_seq_cst) & 1;
+    std::atomic<uint64_t>& calls = default_calls.shards[g][default_call_shard()].calls;
+    calls.fetch_add(1, std::memory_order_seq_cst);
+    if (Allocator* a = slot.load(std::memory_order_seq_cst)) return Resolved(a, &calls);
+    calls.fetch_sub(1, std::memory_order_release);
+  }
+  if (Allocator* pool = d.pools[static_cast<size_t>(device)].load(std::memory_order_acquire)) return Resolved(pool);
+  return Resolved(device_pool(device));
+}
+
+void wait_for_default_calls() {
+  std::lock_guard<std::mutex> lock(default_calls.waiting);
+  // Both generations drain in turn: the one calls counted themselves in before the first flip, then
+  // the one a call may have counted itself in after reading the generation before that flip.
+  for (int round = 0; round < 2; ++round) {
+    const unsigned old = default_calls.generation.fetch_add(1, std::memory_order_seq_cst) & 1;
+    for (;;) {
+      uint64_t calls = 0;
+      for (const auto& shard : default_calls.shards[old]) calls += shard.calls.load(std::memory_order_seq_cst);
+      if (calls == 0) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
 }
 
 Allocator* device_pool(int device) {
@@ -142,8 +183,11 @@ Allocator* device_pool(int device) {
 
 void set_default(int device, Allocator* allocator) {
   Defaults& d = defaults(device);
-  if (allocator) allocator->retain();
-  Allocator* old = d.defaults[static_cast<size_t>(device)].exchange(allocator, std::memory_order_acq_rel);
+  if (allocator) {
+    allocator->retain();
+    allocator->mark_was_default();
+  }
+  Allocator* old = d.defaults[static_cast<size_t>(device)].exchange(allocator, std::memory_order_seq_cst);
   if (old) old->unretain();
 }
 
@@ -166,22 +210,25 @@ Allocator* set_thread(Allocator* allocator) {
 Allocator* get_thread() { return thread_override.allocator; }
 
 uint64_t reclaim_add(gpumem_reclaim_fn fn, void* user_data) {
-  ReclaimRegistry& r = reclaim_registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  const uint64_t id = r.next_id++;
-  r.callbacks.push_back(Reclaim{id, fn, user_data});
+  std::lock_guard<std::mutex> lock(reclaim_mutex());
+  uint32_t all = 0;
+  const uint64_t id = reclaim_callbacks().add(~0u, fn, user_data, all);
   pool::Pool::set_reclaim_runner(run_reclaim);
   return id;
 }
 
 void reclaim_remove(uint64_t id) {
-  ReclaimRegistry& r = reclaim_registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  const auto it = std::find_if(r.callbacks.begin(), r.callbacks.end(), [&](const Reclaim& c) { return c.id == id; });
-  if (it == r.callbacks.end())
-    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "no reclaim callback has id %llu", static_cast<unsigned long long>(id));
-  r.callbacks.erase(it);
-  if (r.callbacks.empty()) pool::Pool::set_reclaim_runner(nullptr);
+  std::shared_ptr<Callbacks<gpumem_reclaim_fn>::Entry> callback;
+  {
+    std::lock_guard<std::mutex> lock(reclaim_mutex());
+    uint32_t all = 0;
+    callback = reclaim_callbacks().take(id, all);
+    if (!callback)
+      fail(GPUMEM_ERROR_INVALID_HANDLE, "no reclaim callback has id %llu (removed already, or never added)",
+           static_cast<unsigned long long>(id));
+    if (all == 0) pool::Pool::set_reclaim_runner(nullptr);
+  }
+  reclaim_callbacks().wait_idle(callback);
 }
 
 }  // namespace gpumem::alloc

@@ -7,9 +7,31 @@
 
 namespace gpumem::alloc {
 
+// The allocator a call uses, kept from destruction while the call holds it when it is a process
+// default the caller set (which another thread may replace and destroy meanwhile). Keep it no
+// longer than the call.
+class Resolved {
+ public:
+  explicit Resolved(Allocator* a, std::atomic<uint64_t>* counted = nullptr) : a_(a), counted_(counted) {}
+  Resolved(const Resolved&) = delete;
+  Resolved& operator=(const Resolved&) = delete;
+  ~Resolved();
+  Allocator* operator->() const { return a_; }
+  operator Allocator*() const { return a_; }
+
+ private:
+  Allocator* a_;
+  std::atomic<uint64_t>* counted_;
+};
+
 // The allocator behind a handle, NULL resolved to the current default.
-Allocator* current_default();
-inline Allocator* resolve(gpumem_allocator_t* handle) { return handle ? Allocator::from(handle) : current_default(); }
+Resolved current_default();
+inline Resolved resolve(gpumem_allocator_t* handle) {
+  return handle ? Resolved(Allocator::from(handle)) : current_default();
+}
+// Returns once no call that resolved NULL to a process default before now is still running: what
+// destroying an allocator that was once a default waits for.
+void wait_for_default_calls();
 
 Allocator* device_pool(int device);
 void set_default(int device, Allocator* allocator);  // NULL: back to the device pool

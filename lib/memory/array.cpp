@@ -1,8 +1,6 @@
 #include "memory/array.hpp"
 
 #include <memory>
-#include <mutex>
-#include <unordered_set>
 
 namespace gpumem::memory {
 namespace {
@@ -30,21 +28,12 @@ const Format* find_format(int32_t format) {
   return nullptr;
 }
 
-// Handles are looked up here before use, so a foreign or destroyed handle is an error, not a crash.
-struct Registry {
-  std::mutex mutex;
-  std::unordered_set<const gpumem_array_t*> live;
-};
-Registry& registry() {
-  static Registry* r = new Registry;  // leaked: arrays may be destroyed during process exit
-  return *r;
-}
-
-// Call with the registry's mutex held.
-void require_live(const gpumem_array_t* array) {
-  if (!registry().live.count(array))
-    fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem array (destroyed, or never created)",
-         static_cast<const void*>(array));
+// Throws GPUMEM_ERROR_INVALID_HANDLE unless array is a live array handle.
+const gpumem_array_t* require_live(const gpumem_array_t* array) {
+  if (!gpumem_array_s::live(array))
+    fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem array: %s", static_cast<const void*>(array),
+         gpumem_array_s::why(array));
+  return array;
 }
 
 int attribute(CUdevice dev, CUdevice_attribute attr) {
@@ -104,11 +93,6 @@ gpumem_array_t* array_create(const gpumem_array_desc_t& desc) {
   cd.NumChannels = desc.channels;
   auto array = std::make_unique<gpumem_array_t>();
   array->context = ctx;
-  Registry& reg = registry();
-  {
-    std::lock_guard<std::mutex> lock(reg.mutex);
-    reg.live.reserve(reg.live.size() + 1);  // so that registering the new array cannot fail
-  }
   driver::ContextScope scope(ctx);
   driver::refuse_during_capture("gpumem_array_create", "creating a CUDA array (cuArray3DCreate)",
                                 "create it before the capture begins or after it ends");
@@ -132,37 +116,29 @@ gpumem_array_t* array_create(const gpumem_array_desc_t& desc) {
   array->desc.width = got.Width;
   array->desc.height = got.Height;
   array->desc.depth = got.Depth;
-  std::lock_guard<std::mutex> lock(reg.mutex);
-  reg.live.insert(array.get());
   return array.release();
 }
 
 void array_destroy(gpumem_array_t* array) {
-  Registry& r = registry();
-  {
-    std::lock_guard<std::mutex> lock(r.mutex);
-    if (!r.live.erase(array))
-      fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem array (destroyed, or never created)",
-           static_cast<void*>(array));
-  }
-  std::unique_ptr<gpumem_array_t> owned(array);
+  require_live(array);
+  if (!array->retire())
+    fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem array: another thread destroyed it",
+         static_cast<void*>(array));
   try {
     driver::unless_shut_down([&] {
-      driver::ContextScope scope(owned->context);
+      driver::ContextScope scope(array->context);
       driver::refuse_during_capture("gpumem_array_destroy", "destroying a CUDA array (cuArrayDestroy)",
                                     "destroy it after the capture ends");
-      driver::check(driver::api().cuArrayDestroy(owned->handle), "cuArrayDestroy");
+      driver::check(driver::api().cuArrayDestroy(array->handle), "cuArrayDestroy");
     });
   } catch (...) {
-    std::lock_guard<std::mutex> lock(r.mutex);
-    r.live.insert(owned.release());  // still allocated: the caller keeps a working handle
+    array->revive();  // still allocated: the caller keeps a working handle
     throw;
   }
+  delete array;
 }
 
 void array_get_desc(const gpumem_array_t* array, gpumem_array_desc_t& out) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
   require_live(array);
   const size_t struct_size = out.struct_size;
   out = array->desc;
@@ -170,8 +146,6 @@ void array_get_desc(const gpumem_array_t* array, gpumem_array_desc_t& out) {
 }
 
 ArrayRef array_lookup(const gpumem_array_t* array) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
   require_live(array);
   const Format* fmt = find_format(array->desc.format);
   if (!fmt)

@@ -1,10 +1,11 @@
-// CUDA arrays, owned through gpumem_array_t handles that are checked against a registry.
+// CUDA arrays, owned through gpumem_array_t handles (core/handle.hpp).
 #pragma once
 
+#include "core/handle.hpp"
 #include "driver/driver.hpp"
 #include "gpumem/array.h"
 
-struct gpumem_array_s {
+struct gpumem_array_s : gpumem::Handle<0x676d617272617921> {  // "gmarray!"
   CUarray handle;
   CUcontext context;
   gpumem_array_desc_t desc;  // as the driver reported it after creation; arrays never change shape
@@ -17,7 +18,7 @@ gpumem_array_t* array_create(const gpumem_array_desc_t& desc);
 void array_destroy(gpumem_array_t* array);
 void array_get_desc(const gpumem_array_t* array, gpumem_array_desc_t& out);
 
-// What a copy needs of a live array, read under the registry's lock; throws as array_get_desc().
+// What a copy needs of a live array; throws as array_get_desc().
 struct ArrayRef {
   CUarray handle;
   CUcontext context;

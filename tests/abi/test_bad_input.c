@@ -1198,7 +1198,7 @@ static void bad_allocator_add_hook(void) {
 static void bad_allocator_remove_hook(void) {
   const uint64_t ids[] = {0, 1, UINT64_MAX};
   for (size_t i = 0; i < sizeof ids / sizeof ids[0]; ++i)
-    REFUSED(gpumem_allocator_remove_hook(g_host, ids[i]), GPUMEM_ERROR_INVALID_ARGUMENT, "no hook with id");
+    REFUSED(gpumem_allocator_remove_hook(g_host, ids[i]), GPUMEM_ERROR_INVALID_HANDLE, "no hook with id");
   BAD_HANDLES(kAllocator, call_remove_hook, true);
 }
 
@@ -1405,7 +1405,7 @@ static void bad_reclaim_add(void) {
 static void bad_reclaim_remove(void) {
   const uint64_t ids[] = {0, 12345, UINT64_MAX};
   for (size_t i = 0; i < sizeof ids / sizeof ids[0]; ++i)
-    REFUSED(gpumem_reclaim_remove(ids[i]), GPUMEM_ERROR_INVALID_ARGUMENT, NULL);
+    REFUSED(gpumem_reclaim_remove(ids[i]), GPUMEM_ERROR_INVALID_HANDLE, "no reclaim callback has id");
 }
 
 /* ---- CUDA pools and peer access --------------------------------------------------------------- */

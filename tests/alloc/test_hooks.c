@@ -378,11 +378,11 @@ static void test_hooks_remove_stops_delivery(void** state) {
   assert_int_equal(first.count, 0);
   assert_int_equal(second.count, 1);
 
-  assert_status(gpumem_allocator_remove_hook(a, id2), GPUMEM_ERROR_INVALID_ARGUMENT);
+  assert_status(gpumem_allocator_remove_hook(a, id2), GPUMEM_ERROR_INVALID_HANDLE);
   assert_detail_contains("no hook with id");
-  assert_status(gpumem_allocator_remove_hook(a, 0), GPUMEM_ERROR_INVALID_ARGUMENT);
+  assert_status(gpumem_allocator_remove_hook(a, 0), GPUMEM_ERROR_INVALID_HANDLE);
   assert_detail_contains("no hook with id 0");
-  assert_status(gpumem_allocator_remove_hook(a, 987654321), GPUMEM_ERROR_INVALID_ARGUMENT);
+  assert_status(gpumem_allocator_remove_hook(a, 987654321), GPUMEM_ERROR_INVALID_HANDLE);
   assert_detail_contains("no hook with id 987654321");
   unmake(a, up);
 }

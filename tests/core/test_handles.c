@@ -105,11 +105,11 @@ static void test_handles_other_types_refused(void** state) {
   assert_refused_allocator(reader, "another kind of handle, or the inside of one");
 
   assert_status(gpumem_trace_stop((gpumem_trace_t*)a), GPUMEM_ERROR_INVALID_HANDLE);
-  assert_detail_contains("is not a trace being recorded (stopped already, or never started): it is another kind");
+  assert_detail_contains("is not a trace being recorded (stopped already, or never started): another kind");
   assert_status(gpumem_trace_stop((gpumem_trace_t*)reader), GPUMEM_ERROR_INVALID_HANDLE);
-  assert_detail_contains("it is another kind of handle");
+  assert_detail_contains("another kind of handle");
   assert_status(gpumem_trace_stop(stopped), GPUMEM_ERROR_INVALID_HANDLE);
-  assert_detail_contains("it is closed");
+  assert_detail_contains("it was destroyed");
   assert_status(gpumem_trace_stop((gpumem_trace_t*)((char*)trace + 1)), GPUMEM_ERROR_INVALID_HANDLE);
   assert_detail_contains("gpumem made no handle at that address");
   assert_status(gpumem_trace_stop(NULL), GPUMEM_ERROR_INVALID_HANDLE);
@@ -119,11 +119,11 @@ static void test_handles_other_types_refused(void** state) {
   memset(&header, 0, sizeof header);
   header.struct_size = sizeof header;
   assert_status(gpumem_trace_reader_get_header((gpumem_trace_reader_t*)trace, &header), GPUMEM_ERROR_INVALID_HANDLE);
-  assert_detail_contains("is not an open trace reader (closed already, or never opened): it is another kind");
+  assert_detail_contains("is not an open trace reader (closed already, or never opened): another kind");
   assert_status(gpumem_trace_reader_get_header((gpumem_trace_reader_t*)a, &header), GPUMEM_ERROR_INVALID_HANDLE);
-  assert_detail_contains("it is another kind of handle");
+  assert_detail_contains("another kind of handle");
   assert_status(gpumem_trace_reader_get_header(closed, &header), GPUMEM_ERROR_INVALID_HANDLE);
-  assert_detail_contains("it is closed");
+  assert_detail_contains("it was destroyed");
   assert_status(gpumem_trace_reader_close((gpumem_trace_reader_t*)((char*)reader + 4)), GPUMEM_ERROR_INVALID_HANDLE);
   assert_detail_contains("gpumem made no handle at that address");
 

@@ -633,12 +633,17 @@ static CUresult CUDAAPI fake_cuMemHostAlloc(void** p, size_t size, unsigned int 
   *p = NULL;
   return CUDA_ERROR_OUT_OF_MEMORY;
 }
+/* Arrays hold no memory: each is its descriptor, freed by cuArrayDestroy, so that handles over
+ * them can be made, destroyed and made again (at the same address, as malloc likes to). */
 static CUresult CUDAAPI fake_cuArray3DCreate(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
-  (void)desc;
   REQUIRE_CONTEXT();
   UNSAFE_CALL();
   *array = NULL;
-  return CUDA_ERROR_OUT_OF_MEMORY;
+  CUDA_ARRAY3D_DESCRIPTOR* made = malloc(sizeof *made);
+  if (!made) return CUDA_ERROR_OUT_OF_MEMORY;
+  *made = *desc;
+  *array = (CUarray)made;
+  return CUDA_SUCCESS;
 }
 
 /* Memory pools: each device has its one pool, which is both its default and its current pool. It
@@ -1274,16 +1279,17 @@ static CUresult CUDAAPI fake_cuLaunchKernel(CUfunction f, unsigned int gx, unsig
   return CUDA_ERROR_INVALID_HANDLE;
 }
 static CUresult CUDAAPI fake_cuArray3DGetDescriptor(CUDA_ARRAY3D_DESCRIPTOR* desc, CUarray array) {
-  (void)desc;
-  (void)array;
   REQUIRE_CONTEXT();
-  return CUDA_ERROR_INVALID_HANDLE;
+  if (!array) return CUDA_ERROR_INVALID_HANDLE;
+  *desc = *(const CUDA_ARRAY3D_DESCRIPTOR*)array;
+  return CUDA_SUCCESS;
 }
 static CUresult CUDAAPI fake_cuArrayDestroy(CUarray array) {
-  (void)array;
   REQUIRE_CONTEXT();
   UNSAFE_CALL();
-  return CUDA_ERROR_INVALID_HANDLE;
+  if (!array) return CUDA_ERROR_INVALID_HANDLE;
+  free(array);
+  return CUDA_SUCCESS;
 }
 
 /* The managed range: advice and prefetches are accepted and change nothing. */

@@ -340,9 +340,9 @@ static void test_pool_limit_removed_reclaim_not_called(void** state) {
 
 static void test_pool_limit_reclaim_bad_input(void** state) {
   (void)state;
-  assert_status(gpumem_reclaim_remove(UINT64_MAX), GPUMEM_ERROR_INVALID_ARGUMENT);
+  assert_status(gpumem_reclaim_remove(UINT64_MAX), GPUMEM_ERROR_INVALID_HANDLE);
   assert_detail_contains("no reclaim callback has id 18446744073709551615");
-  assert_status(gpumem_reclaim_remove(0), GPUMEM_ERROR_INVALID_ARGUMENT);
+  assert_status(gpumem_reclaim_remove(0), GPUMEM_ERROR_INVALID_HANDLE);
 
   uint64_t id = 7;
   assert_status(gpumem_reclaim_add(NULL, NULL, &id), GPUMEM_ERROR_INVALID_ARGUMENT);
@@ -355,7 +355,7 @@ static void test_pool_limit_reclaim_bad_input(void** state) {
   /* Removing twice: the second time the id is unknown. */
   assert_ok(gpumem_reclaim_add(reclaim, &r, &id));
   assert_ok(gpumem_reclaim_remove(id));
-  assert_status(gpumem_reclaim_remove(id), GPUMEM_ERROR_INVALID_ARGUMENT);
+  assert_status(gpumem_reclaim_remove(id), GPUMEM_ERROR_INVALID_HANDLE);
   assert_detail_contains("no reclaim callback has id");
 }
 

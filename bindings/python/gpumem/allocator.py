@@ -174,9 +174,39 @@ def _free_quietly(allocator, ptr, stream):
     call_quietly("gpumem_free", allocator._handle, ptr, stream)
 
 
-# What allocators the library would not destroy rely on, and the callbacks of hooks added through
-# borrowed allocators, whose end Python does not see: the library may still call them.
+# What allocators the library would not destroy rely on: the library may still use them.
 _kept_for_good = []
+# Callbacks the library holds (hooks, reclaim callbacks): each stays here from its adding until its
+# removal returns, which the library promises is once no call of it is running. Removed from
+# inside itself, it is let go when that call returns instead (its ctypes thunk is still running).
+_held_callbacks = set()
+_running = threading.local()  # the callbacks this thread is inside, innermost last
+
+
+class _Held:
+    """A callback's ctypes function, held while the library may call it."""
+
+    def __init__(self, cfunctype, fn):
+        self.removed = False
+
+        def call(*args):
+            stack = _running.__dict__.setdefault("stack", [])
+            stack.append(self)
+            try:
+                return fn(*args)
+            finally:
+                stack.pop()
+                if self.removed and self not in stack:
+                    _held_callbacks.discard(self)
+
+        self.function = cfunctype(call)
+        _held_callbacks.add(self)
+
+    def release(self):
+        """After the library's removal returned: lets it go now, or as its own call returns."""
+        self.removed = True
+        if self not in getattr(_running, "stack", ()):
+            _held_callbacks.discard(self)
 # Functions of the handle that close() is about to destroy, for what keeps handles elsewhere
 # (gpumem.cupy). Each returns None, or a function that undoes its work should the library refuse.
 _close_listeners = []
@@ -241,15 +271,27 @@ class Hook:
                 errors.append(error)
                 _report(error, f"gpumem hook {fn!r}")
 
-        self._callback = _types.hook_fn(call)
+        self._held = None
+        self._call = call
+
+    @property
+    def _callback(self):
+        if self._held is None:
+            self._held = _Held(_types.hook_fn, self._call)
+        return self._held.function
 
     def remove(self):
-        """Removes the hook; removing it again, or once its allocator is closed, does nothing."""
+        """Removes the hook; removing it again, or once its allocator is closed, does nothing.
+        Returns once no other thread runs it (then fn is let go)."""
         if self.id is None:
             return
         if not self.allocator.closed:
             library().gpumem_allocator_remove_hook(self.allocator.handle, self.id)
         self.id = None
+        if self._held is not None:
+            if self._held in self.allocator._callbacks:
+                self.allocator._callbacks.remove(self._held)
+            self._held.release()
 
     def __enter__(self):
         return self
@@ -315,6 +357,9 @@ class Allocator:
                 raise
             self._destroyed = True
             self._finalizer.detach()
+            for held in self._callbacks:  # the library dropped its hooks
+                held.release()
+            self._callbacks.clear()
 
     def __enter__(self):
         return self
@@ -452,10 +497,12 @@ class Allocator:
         _require_callable("fn", fn)
         hook = Hook(self, HookEvent(events), fn)
         out = ctypes.c_uint64()
-        library().gpumem_allocator_add_hook(self._handle, int(events), hook._callback, None, ctypes.byref(out))
-        self._callbacks.append(hook._callback)
-        if not self.owned:
-            _kept_for_good.append(hook._callback)
+        try:
+            library().gpumem_allocator_add_hook(self._handle, int(events), hook._callback, None, ctypes.byref(out))
+        except BaseException:
+            hook._held.release()
+            raise
+        self._callbacks.append(hook._held)
         hook.id = out.value
         return hook
 

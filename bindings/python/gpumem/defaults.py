@@ -12,7 +12,7 @@ import threading
 
 from . import _types
 from ._lib import library
-from .allocator import Allocator, _report, _require_callable, device_pool
+from .allocator import Allocator, _Held, _report, _require_callable, device_pool
 
 _held_lock = threading.Lock()
 _held = {}  # id(allocator) -> [allocator, how many defaults and overrides name it]
@@ -127,10 +127,6 @@ def current_allocator():
     return default_allocator(device.value)
 
 
-# Every reclaim callback ever registered: a pool already running them on another thread may call
-# one once more after its removal.
-_reclaim_callbacks = []
-
 
 class Reclaim:
     """A reclaim callback from reclaim_add(). Exceptions raised by its function cannot reach the
@@ -149,14 +145,17 @@ class Reclaim:
                 errors.append(error)
                 _report(error, f"gpumem reclaim callback {fn!r}")
 
-        self._callback = _types.reclaim_fn(call)
+        self._held = _Held(_types.reclaim_fn, call)
+        self._callback = self._held.function
 
     def remove(self):
-        """Removes the callback; removing it again does nothing."""
+        """Removes the callback; removing it again does nothing. Returns once no other thread runs
+        it (then fn is let go)."""
         if self.id is None:
             return
         library().gpumem_reclaim_remove(self.id)
         self.id = None
+        self._held.release()
 
     def __enter__(self):
         return self
@@ -173,7 +172,10 @@ def reclaim_add(fn):
     _require_callable("fn", fn)
     reclaim = Reclaim(fn)
     out = ctypes.c_uint64()
-    library().gpumem_reclaim_add(reclaim._callback, None, ctypes.byref(out))
-    _reclaim_callbacks.append(reclaim._callback)
+    try:
+        library().gpumem_reclaim_add(reclaim._callback, None, ctypes.byref(out))
+    except BaseException:
+        reclaim._held.release()
+        raise
     reclaim.id = out.value
     return reclaim

@@ -195,7 +195,7 @@ class ReclaimTest(unittest.TestCase):
         r = gpumem.reclaim_add(lambda device, size: None)
         r.remove()
         r.remove()
-        with self.assertRaises(gpumem.InvalidArgument) as caught:
+        with self.assertRaises(gpumem.InvalidHandle) as caught:
             gpumem.library().gpumem_reclaim_remove(2**63)
         self.assertIn("no reclaim callback has id", caught.exception.detail)
 
