@@ -133,7 +133,10 @@ class Allocator : public gpumem_allocator_s {
   // Set once it is made a process default: its destroy waits for calls that resolved NULL to it.
   bool was_default() const { return was_default_.load(std::memory_order_relaxed); }
   void mark_was_default() { was_default_.store(true, std::memory_order_relaxed); }
-  void make_permanent() { permanent_ = true; }
+  void make_permanent() {
+    permanent_ = true;
+    disown();  // the library's own: it keeps nothing busy (gpumem_shutdown)
+  }
 
   // How the GPU's streams' work on this allocator's memory is ordered; NULL for memory no stream's
   // work touches (plain host memory). A pool built on it fences its frees with it.

@@ -13,6 +13,9 @@
 
 namespace gpumem {
 
+// How many handles callers hold: made and not destroyed, less those the library owns.
+std::atomic<int64_t>& live_handles() noexcept;
+
 // The base of every handle's object, and its first member. Tag is the type's mark (8 ASCII bytes);
 // a destroyed handle carries its complement, so the detail can say "destroyed".
 template <uint64_t Tag>
@@ -20,6 +23,12 @@ struct Handle {
   static constexpr uint64_t kLive = Tag;
   static constexpr uint64_t kDestroyed = ~Tag;
   uint64_t magic = kLive;  // first: what a check reads
+  bool counted = true;     // among live_handles(): a caller's handle, not yet destroyed
+
+  Handle() noexcept { live_handles().fetch_add(1, std::memory_order_relaxed); }
+  ~Handle() { uncount(); }  // a constructor that threw, or an object the library destroys itself
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
 
   static void* operator new(size_t size) { return handle_allocate(size); }
   static void operator delete(void*, size_t) noexcept {}
@@ -46,10 +55,26 @@ struct Handle {
   // that what it owns is released once.
   bool retire() noexcept {
     uint64_t expected = kLive;
-    return __atomic_compare_exchange_n(&magic, &expected, kDestroyed, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    if (!__atomic_compare_exchange_n(&magic, &expected, kDestroyed, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      return false;
+    uncount();
+    return true;
   }
   // Undoes retire() when releasing what the handle owns failed: the caller keeps a working handle.
-  void revive() noexcept { __atomic_store_n(&magic, kLive, __ATOMIC_RELEASE); }
+  void revive() noexcept {
+    __atomic_store_n(&magic, kLive, __ATOMIC_RELEASE);
+    counted = true;
+    live_handles().fetch_add(1, std::memory_order_relaxed);
+  }
+  // The library owns this one (a device pool): no caller destroys it, so it keeps nothing busy.
+  void disown() noexcept { uncount(); }
+
+ private:
+  void uncount() noexcept {
+    if (!counted) return;
+    counted = false;
+    live_handles().fetch_sub(1, std::memory_order_relaxed);
+  }
 };
 
 // An id for a hook or a reclaim callback: process-wide, from 1, never given twice.

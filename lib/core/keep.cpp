@@ -33,6 +33,11 @@ uint64_t next_id() noexcept {
   return next.fetch_add(1, std::memory_order_relaxed);
 }
 
+std::atomic<int64_t>& live_handles() noexcept {
+  static constinit std::atomic<int64_t> count{0};
+  return count;
+}
+
 namespace {
 
 // Addresses only: nothing is mapped readable until a handle needs it. A process short of address

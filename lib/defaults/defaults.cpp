@@ -24,6 +24,8 @@ struct Defaults {
   int devices = 0;
 };
 
+std::atomic<Defaults*> made_defaults{nullptr};  // all_defaults() once it has been made
+
 // Leaked on purpose: memory may be freed through the defaults during process exit.
 Defaults& all_defaults() {
   static Defaults* d = [] {
@@ -32,6 +34,7 @@ Defaults& all_defaults() {
     made->devices = devices;
     made->pools = std::make_unique<std::atomic<Allocator*>[]>(static_cast<size_t>(made->devices));
     made->defaults = std::make_unique<std::atomic<Allocator*>[]>(static_cast<size_t>(made->devices));
+    made_defaults.store(made, std::memory_order_release);
     return made;
   }();
   return *d;
@@ -179,6 +182,13 @@ Allocator* device_pool(int device) {
   made->make_permanent();
   slot.store(made.get(), std::memory_order_release);
   return made.release();
+}
+
+void release_device_pools() {
+  Defaults* d = made_defaults.load(std::memory_order_acquire);  // none made: none to release
+  for (int device = 0; d && device < d->devices; ++device)
+    if (Allocator* pool = d->pools[static_cast<size_t>(device)].load(std::memory_order_acquire))
+      static_cast<pool::Pool*>(pool)->release(nullptr, true);
 }
 
 void set_default(int device, Allocator* allocator) {

@@ -34,6 +34,8 @@ inline Resolved resolve(gpumem_allocator_t* handle) {
 void wait_for_default_calls();
 
 Allocator* device_pool(int device);
+// Gives back what every device pool made so far caches, on all streams (gpumem_shutdown).
+void release_device_pools();
 void set_default(int device, Allocator* allocator);  // NULL: back to the device pool
 Allocator* get_default(int device);
 Allocator* set_thread(Allocator* allocator);  // returns the override it replaces

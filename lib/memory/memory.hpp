@@ -107,6 +107,8 @@ bool staged_copy(void* dst, const void* src, size_t size, bool to_device, CUstre
 size_t staging_held();
 // Refused as gpumem_copy_staging_release() during a capture, when it holds buffers to free.
 void staging_release();
+// Joins staging's worker threads (a later copy starts them again); false while a copy runs.
+bool stop_host_copier();
 // Copies host memory as staging does: split over its worker threads when large. For tests.
 void host_copy(void* dst, const void* src, size_t size);
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <iterator>
 #include <mutex>
+#include <shared_mutex>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -71,19 +72,20 @@ class HostCopier {
  public:
   HostCopier() {
     queue_.reserve(kMaxPieces);  // so that queueing a copy's pieces cannot fail half way
-    // The cores this process may run on (its affinity, as a container's cpuset sets it), less the
-    // calling thread's; more than kMaxWorkers adds nothing, as a few saturate memory bandwidth.
-    cpu_set_t cpus;
-    const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-    const unsigned wanted = std::min<unsigned>(kMaxWorkers, static_cast<unsigned>(std::max(cores, 1) - 1));
-    try {
-      for (; workers_ < wanted; ++workers_) std::thread([this] { work(); }).detach();
-    } catch (const std::system_error&) {
-      // Out of threads: copy with those that started, down to the calling thread alone.
-    }
+    start();
   }
 
   void copy(void* dst, const void* src, size_t n) {
+    // Shared with other copies, never with stop(): the workers stay while a copy needs them.
+    std::shared_lock<std::shared_mutex> running(running_);
+    if (!started_.load(std::memory_order_acquire)) {
+      running.unlock();
+      {
+        std::unique_lock<std::shared_mutex> starting(running_);
+        if (!started_.load(std::memory_order_relaxed)) start();
+      }
+      running.lock();
+    }
     const size_t parts = std::min<size_t>(workers_ + 1, n / kPieceBytes);
     if (parts <= 1) {
       stream_copy(dst, src, n);
@@ -111,7 +113,40 @@ class HostCopier {
     job.done.wait(lock, [&] { return job.left.load(std::memory_order_acquire) == 0; });
   }
 
+  // Joins the workers; a later copy starts them again. False, doing nothing, while a copy runs.
+  bool stop() {
+    std::unique_lock<std::shared_mutex> running(running_, std::try_to_lock);
+    if (!running.owns_lock()) return false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+    workers_ = 0;
+    stopping_ = false;
+    started_.store(false, std::memory_order_release);
+    return true;
+  }
+
  private:
+  // The cores this process may run on (its affinity, as a container's cpuset sets it), less the
+  // calling thread's; more than kMaxWorkers adds nothing, as a few saturate memory bandwidth.
+  // Called without any copy running.
+  void start() {
+    cpu_set_t cpus;
+    const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    const unsigned wanted = std::min<unsigned>(kMaxWorkers, static_cast<unsigned>(std::max(cores, 1) - 1));
+    threads_.reserve(wanted);
+    try {
+      for (; workers_ < wanted; ++workers_) threads_.emplace_back([this] { work(); });
+    } catch (const std::system_error&) {
+      // Out of threads: copy with those that started, down to the calling thread alone.
+    }
+    started_.store(true, std::memory_order_release);
+  }
+
   static constexpr int kSpins = 2000;  // some tens of microseconds of pauses
   static constexpr unsigned kMaxWorkers = 5;
   // Pieces queued at once: each staged copy (at most kSets at a time) queues one per worker.
@@ -135,8 +170,10 @@ class HostCopier {
     if (job.left.fetch_sub(1, std::memory_order_acq_rel) == 1) job.done.notify_all();
   }
 
-  bool take(Piece& p) {
+  // A piece to copy, else false; `stop` set when the workers are to end (no copy is running then).
+  bool take(Piece& p, bool& stop) {
     std::lock_guard<std::mutex> lock(mutex_);
+    stop = stopping_;
     if (queue_.empty()) return false;
     p = queue_.front();
     queue_.erase(queue_.begin());
@@ -147,7 +184,9 @@ class HostCopier {
   void work() {
     for (;;) {
       Piece p;
-      for (int spin = 0; !take(p); ++spin) {
+      bool stop = false;
+      for (int spin = 0; !take(p, stop); ++spin) {
+        if (stop) return;
         if (spin < kSpins) {
           while (spin < kSpins && queued_.load(std::memory_order_acquire) == 0) {
             spin_pause();
@@ -157,7 +196,7 @@ class HostCopier {
         }
         std::unique_lock<std::mutex> lock(mutex_);
         sleeping_.fetch_add(1, std::memory_order_acq_rel);
-        wake_.wait(lock, [this] { return !queue_.empty(); });
+        wake_.wait(lock, [this] { return !queue_.empty() || stopping_; });
         sleeping_.fetch_sub(1, std::memory_order_acq_rel);
         spin = 0;
       }
@@ -167,6 +206,10 @@ class HostCopier {
   }
 
   unsigned workers_ = 0;
+  std::vector<std::thread> threads_;
+  std::atomic<bool> started_{false};
+  std::shared_mutex running_;  // copies hold it shared; stop() alone
+  bool stopping_ = false;      // under mutex_
   std::mutex mutex_;
   std::condition_variable wake_;
   std::vector<Piece> queue_;  // a handful at most: taken from the front
@@ -175,7 +218,7 @@ class HostCopier {
 };
 
 HostCopier& host_copier() {
-  static HostCopier* c = new HostCopier;  // leaked with its threads, which wait for work forever
+  static HostCopier* c = new HostCopier;  // leaked: copies may run during exit; gpumem_shutdown joins its threads
   return *c;
 }
 
@@ -404,6 +447,8 @@ bool staged_copy(void* dst, const void* src, size_t size, bool to_device, CUstre
 }
 
 void host_copy(void* dst, const void* src, size_t size) { host_copier().copy(dst, src, size); }
+
+bool stop_host_copier() { return host_copier().stop(); }
 
 size_t staging_held() { return staging().held.load(std::memory_order_relaxed); }
 

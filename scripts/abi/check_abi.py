@@ -39,10 +39,16 @@ ROOT = describe.ROOT
 VERSION_MACROS = re.compile(r"GPUMEM_VERSION_\w+")
 
 
+EXPERIMENTAL = "GPUMEM_EXPERIMENTAL"  # the node outside the promise (gpumem/experimental.h)
+
+
 def incompatibilities(old, new):
-    """What NEW breaks of OLD (descriptions as dicts), as sentences."""
+    """What NEW breaks of OLD (descriptions as dicts), as sentences. The experimental tier's
+    functions may change or go; one that moves to a release's node is promised from then on."""
     out = []
     for name, f in old["functions"].items():
+        if f["node"] == EXPERIMENTAL:
+            continue
         g = new["functions"].get(name)
         if g is None:
             out.append(f"function {name} ({f['node']}) is removed")
@@ -105,7 +111,7 @@ def incompatibilities(old, new):
         elif u["abi"] != t["abi"]:
             out.append(f"typedef {name} is {u['type']}, was {t['type']}")
     for node in old["nodes"]:
-        if node not in new["nodes"]:
+        if node not in new["nodes"] and node != EXPERIMENTAL:
             out.append(f"version node {node} is removed")
     return out
 
@@ -116,7 +122,7 @@ def misplaced_additions(old, new):
     current = f"GPUMEM_{major}.{minor}"
     return [f"function {name} is added to {f['node']}; a new function belongs in {current}"
             for name, f in new["functions"].items()
-            if name not in old["functions"] and f["node"] != current]
+            if name not in old["functions"] and f["node"] not in (current, EXPERIMENTAL)]
 
 
 def check_library(lib, description):

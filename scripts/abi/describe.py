@@ -246,7 +246,7 @@ class Describer:
 
     def describe(self, map_path):
         nodes, exported = parse_map(map_path)
-        tu, errors = self.parse("#include <gpumem/gpumem.h>\n")
+        tu, errors = self.parse("#include <gpumem/gpumem.h>\n#include <gpumem/experimental.h>\n")
         if errors:
             raise ValueError("the headers do not parse:\n" + "\n".join(str(d) for d in errors))
         K = self.K

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <gpumem/experimental.h>
+
 #include "test_util.h"
 
 #ifndef GPUMEM_MAP_PATH
@@ -781,6 +783,17 @@ static void bad_copy_staging_get_held(void) {
 }
 
 static void bad_copy_staging_release(void) { ACCEPTED(gpumem_copy_staging_release()); /* nothing to get wrong */ }
+
+/* While the caller holds a handle, nothing stops: refused, and the handle still works. */
+static void bad_shutdown(void) {
+  gpumem_allocator_t* host = NULL;
+  assert_int_equal(gpumem_allocator_create_host(0, &host), GPUMEM_SUCCESS);
+  REFUSED(gpumem_shutdown(), GPUMEM_ERROR_BUSY, "handles the caller made are live");
+  void* p = NULL;
+  assert_int_equal(gpumem_alloc(host, 64, NULL, &p), GPUMEM_SUCCESS);
+  assert_int_equal(gpumem_free(host, p, NULL), GPUMEM_SUCCESS);
+  assert_int_equal(gpumem_allocator_destroy(host), GPUMEM_SUCCESS);
+}
 
 /* ---- Arrays ----------------------------------------------------------------------------------- */
 
@@ -1905,6 +1918,7 @@ static const entry_t kTable[] = {
     ENTRY(pool_snapshot_json),
     ENTRY(reclaim_add),
     ENTRY(reclaim_remove),
+    ENTRY(shutdown),
     ENTRY(status_name),
     ENTRY(status_string),
     ENTRY(torch_alloc),

@@ -1,0 +1,56 @@
+// gpumem_shutdown (gpumem/experimental.h) over no driver: refused while the caller holds a handle,
+// then it joins staging's worker threads, and a later copy starts them again with its bytes right.
+#include <dirent.h>
+#include <gpumem/experimental.h>
+#include <gpumem/gpumem.h>
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "memory/memory.hpp"
+#include "test_check.hpp"
+
+namespace {
+
+int threads_of_process() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+// A copy large enough to be split over the workers; true if every byte arrived.
+bool split_copy(unsigned char seed) {
+  std::vector<unsigned char> src(size_t{8} << 20), dst(src.size(), 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 7 + seed);
+  gpumem::memory::host_copy(dst.data(), src.data(), src.size());
+  return std::memcmp(dst.data(), src.data(), src.size()) == 0;
+}
+
+}  // namespace
+
+int main() {
+  const char* test = "test_shutdown";
+  const int alone = threads_of_process();
+  CHECK(split_copy(1));
+  const int with_workers = threads_of_process();
+
+  gpumem_allocator_t* host = nullptr;
+  CHECK(gpumem_allocator_create_host(0, &host) == GPUMEM_SUCCESS);
+  CHECK(gpumem_shutdown() == GPUMEM_ERROR_BUSY);
+  CHECK(std::strstr(gpumem_last_error_detail(), "1 handles the caller made are live") != nullptr);
+  CHECK(threads_of_process() == with_workers);  // refused: nothing stopped
+  CHECK(gpumem_allocator_destroy(host) == GPUMEM_SUCCESS);
+
+  CHECK(gpumem_shutdown() == GPUMEM_SUCCESS);
+  CHECK(threads_of_process() == alone);
+  CHECK(gpumem_shutdown() == GPUMEM_SUCCESS);  // again: nothing left to stop
+  CHECK(split_copy(2));                        // gpumem goes on: the workers start again
+  CHECK(threads_of_process() == with_workers);
+  std::printf("threads: %d alone, %d with staging's workers; %d failures\n", alone, with_workers, failures);
+  return failures ? 1 : 0;
+}
