@@ -212,10 +212,15 @@ class _Held:
 _close_listeners = []
 
 
-def _destroy_quietly(handle, keep):
-    # `keep` holds what must outlive the handle (a pool's upstream, callbacks) until it is destroyed.
+def _destroy_quietly(handle, keep, callbacks):
+    # `keep` holds what must outlive the handle (a pool's upstream, a function allocator's
+    # functions) until it is destroyed; `callbacks` are its hooks, which the library holds until then.
     if not call_quietly("gpumem_allocator_destroy", handle):
-        _kept_for_good.append(keep)
+        _kept_for_good.append(keep)  # its hooks stay held too
+        return
+    for held in callbacks:  # the library dropped its hooks
+        held.release()
+    callbacks.clear()
 
 
 class Buffer(_ptr.Owned):
@@ -312,11 +317,11 @@ class Allocator:
         self._destroyed = False  # by close(): buffers still referring to it must not free through it
         self._lock = threading.Lock()  # one close() at a time
         self._buffers = weakref.WeakValueDictionary()  # address -> Buffer, for free() by address
-        # Hook callbacks stay alive, removed or not, as long as the library may call them: a call
-        # on another thread may still run a hook it saw before the removal, and an allocator the
-        # library refuses to destroy once its object is collected calls them for good.
+        # The hooks not removed yet, released when the handle is destroyed (by close() or
+        # collection); an allocator the library refuses to destroy once its object is collected
+        # calls them for good.
         self._callbacks = []
-        self._finalizer = weakref.finalize(self, _destroy_quietly, handle, (keep, self._callbacks)) if owned else None
+        self._finalizer = weakref.finalize(self, _destroy_quietly, handle, keep, self._callbacks) if owned else None
 
     @property
     def handle(self):

@@ -335,6 +335,18 @@ class HostPoolTest(unittest.TestCase):
         self.assertIn("cannot be opened to device 1", caught.exception.detail)
 
 
+class _Recorder:
+    """A hook function that can be watched with weakref: keeps the events it sees, then calls `then`."""
+
+    def __init__(self, then=None):
+        self.seen, self.then = [], then
+
+    def __call__(self, info):
+        self.seen.append(info.event)
+        if self.then is not None:
+            self.then(info)
+
+
 class HookTest(unittest.TestCase):
     def setUp(self):
         self.host = gpumem.Allocator.host()
@@ -449,6 +461,53 @@ class HookTest(unittest.TestCase):
             )
         )
         self.assertEqual((done.returncode, done.stdout, done.stderr), (0, "100\n", ""))
+
+    def test_a_removed_hook_is_let_go(self):
+        fn = _Recorder()
+        alive = weakref.ref(fn)
+        hook = self.pool.add_hook(HookEvent.MALLOC_PRE, fn)
+        self.pool.alloc(8).free()
+        hook.remove()
+        self.pool.alloc(8).free()
+        self.assertEqual(fn.seen, [HookEvent.MALLOC_PRE])
+        del fn, hook
+        gc.collect()
+        self.assertIsNone(alive())
+
+    def test_a_hook_that_removes_itself_is_let_go_when_its_call_returns(self):
+        inside = []
+
+        def remove_self(info):
+            hook.remove()
+            inside.append(alive() is not None)  # still running: still held
+
+        fn = _Recorder(then=remove_self)
+        alive = weakref.ref(fn)
+        hook = self.pool.add_hook(HookEvent.MALLOC_PRE, fn)
+        self.pool.alloc(8).free()
+        self.pool.alloc(8).free()
+        self.assertEqual((fn.seen, inside, hook.id), ([HookEvent.MALLOC_PRE], [True], None))
+        del fn, hook, remove_self
+        gc.collect()
+        self.assertIsNone(alive())
+
+    def test_the_hooks_of_a_collected_allocator_are_let_go(self):
+        # Collected without close(): once its handle is destroyed, nothing can call its hooks.
+        for kind in ("host", "pool"):
+            with self.subTest(kind=kind):
+                host = gpumem.Allocator.host()
+                allocator = host if kind == "host" else gpumem.Pool(host)
+                fn = _Recorder()
+                alive = weakref.ref(fn)
+                allocator.add_hook(HookEvent.MALLOC_PRE, fn)  # the Hook is dropped: the library holds fn
+                gc.collect()
+                allocator.alloc(8).free()
+                self.assertEqual(fn.seen, [HookEvent.MALLOC_PRE])
+                held = len(gpumem.allocator._held_callbacks)
+                del fn, allocator, host
+                gc.collect()
+                self.assertIsNone(alive())
+                self.assertEqual(len(gpumem.allocator._held_callbacks), held - 1)
 
     def test_hooks_on_the_upstream_see_the_pools_blocks(self):
         seen = []

@@ -650,12 +650,13 @@ end
 # code on a thread it did not start, so only Julia threads may use allocators that call Julia.
 # The function pointers are made in `__init__`: addresses from precompilation would be stale.
 #
-# The library may call a hook or reclaim callback after its removal (a call in progress on
-# another thread, perhaps one that collects garbage in a reclaim callback meanwhile), so the
-# `user_data` it holds is never the address of a Julia object: it is a key of CALLBACKS, which
-# keeps each callback alive while it is added, or while its allocator lives, and a key no longer
-# there is a callback removed, which is not called. What callbacks throw is kept by allocator
-# handle, since `device_pool(d)` and `default_allocator(d)` give a new wrapper of one handle each time.
+# The library calls a hook or reclaim callback only from its adding until its removal returns
+# (which waits for its calls on other threads) or its allocator is destroyed; a function
+# allocator's functions until its destruction. The `user_data` it holds is a key of CALLBACKS,
+# never the address of a Julia object: CALLBACKS roots each callback for that time only, and a
+# trampoline holds the entry it looked up for the rest of its call, so a callback that removes
+# itself is not collected under it. What callbacks throw is kept by allocator handle, since
+# `device_pool(d)` and `default_allocator(d)` give a new wrapper of one handle each time.
 #
 # Callbacks run inside finalizers too (a buffer's finalizer frees, which runs hooks; a pool
 # destroyed by its finalizer gives blocks back to a function allocator), where a task switch
@@ -879,8 +880,9 @@ end
 """
     remove_hook(hook::Hook)
 
-Removes a hook; removing it again, or once its allocator is destroyed, does nothing. A call in
-progress on another thread may still run it once.
+Removes a hook; removing it again, or once its allocator is destroyed, does nothing. Returns
+once no other thread runs it; it never runs again, and its function is no longer kept. Called
+from inside the hook, the call it is made from finishes after it.
 """
 function remove_hook(hook::Hook)
     hook.id == 0 && return nothing
@@ -941,8 +943,9 @@ end
 """
     remove_reclaim(reclaim::Reclaim)
 
-Removes a reclaim callback; removing it again does nothing. A pool running out of memory on
-another thread may still call it once.
+Removes a reclaim callback; removing it again does nothing. Returns once no other thread runs
+it; it never runs again, and its function is no longer kept. Called from inside the callback,
+the call it is made from finishes after it.
 """
 function remove_reclaim(reclaim::Reclaim)
     reclaim.id == 0 && return nothing

@@ -258,6 +258,18 @@ fill_bytes!(buf::Buffer, value::UInt8) =
         @test length(seen) == 2
         remove_hook(hook)  # again: nothing
 
+        # A hook may remove itself: that call finishes, the hook never runs again and is not kept.
+        own = Ref{Any}(nothing)
+        self_calls = Ref(0)
+        own[] = add_hook(_ -> (self_calls[] += 1; remove_hook(own[])), p, GPUMEM_HOOK_MALLOC_PRE)
+        @test length(GPUMem.CALLBACKS) == registered + 1
+        free(alloc(p, 64))
+        free(alloc(p, 64))
+        @test self_calls[] == 1
+        @test own[].id == 0
+        @test length(GPUMem.CALLBACKS) == registered
+        @test isempty(callback_errors(p))
+
         # A hook the library refuses is not kept.
         gpumem_error(() -> add_hook(_ -> nothing, p, 0), GPUMEM_ERROR_INVALID_ARGUMENT)
         @test length(GPUMem.CALLBACKS) == registered

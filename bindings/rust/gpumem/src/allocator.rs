@@ -31,10 +31,6 @@ struct Inner {
     owned: bool,
     /// False once destroy() has destroyed the handle: nothing is left for `drop` to do.
     live: bool,
-    /// The shell of every hook ever added: a call in progress on another thread may still reach a
-    /// removed hook, so the shells live as long as the handle; their closures go with their
-    /// [`Hook`]. Each shell's address is its hook's user data.
-    hooks: Mutex<Vec<Arc<Shell<HookFn>>>>,
     panics: Arc<PanicLog>,
     /// A pool's upstream, released only after the pool is destroyed (fields drop after `drop`).
     upstream: Option<Allocator>,
@@ -44,8 +40,8 @@ struct Inner {
 // documented "Thread-safe: any thread, concurrently, including on the same handle."; the one
 // "Per handle" call, gpumem_allocator_destroy(), is made only with the last reference (`drop`,
 // `destroy`), when no other call through this crate can be running on the handle: every one
-// holds a reference, a default's included (the table of `set_default` holds one). The hook
-// shells are `Send + Sync`, and the rest is behind a `Mutex` or an `Arc`.
+// holds a reference, a default's included (the table of `set_default` holds one). The rest is
+// behind an `Arc`.
 unsafe impl Send for Inner {}
 // SAFETY: as for `Send`: shared references only make calls the headers declare thread-safe on the
 // same handle.
@@ -56,20 +52,15 @@ impl Drop for Inner {
         if !self.live {
             return;
         }
-        let hooks = mem::take(self.hooks.get_mut().unwrap_or_else(PoisonError::into_inner));
+        // Every Hook held this wrapper, so each has been removed, and its shell let go, already.
         if self.owned {
             // SAFETY: the last reference to a handle this crate created and nothing else destroys.
             let status = unsafe { sys::gpumem_allocator_destroy(self.handle.as_ptr()) };
             if status != sys::GPUMEM_SUCCESS {
                 // Still live in the library (a thread's override or a default set through `sys`,
-                // live raw allocations): whatever it may still call or rely on must outlive it.
-                mem::forget(hooks);
+                // live raw allocations): what it relies on must outlive it.
                 mem::forget(self.upstream.take());
             }
-        } else {
-            // Each Hook held this wrapper, so all were removed and their closures dropped; but a
-            // call on another thread may still reach a shell, and the borrowed handle lives on.
-            mem::forget(hooks);
         }
     }
 }
@@ -355,11 +346,18 @@ impl HookInfo {
 }
 
 unsafe extern "C" fn hook_trampoline(info: *const sys::gpumem_hook_info_t, user_data: *mut c_void) {
-    // SAFETY: `user_data` is a shell the allocator keeps until its handle is destroyed.
-    let shell = unsafe { &*(user_data as *const Shell<HookFn>) };
     // SAFETY: the library passes a valid info for the duration of the call.
     let info = HookInfo::from_raw(unsafe { &*info });
-    shell.run(|hook| hook(&info));
+    // SAFETY: `user_data` is the shell of a hook the library is calling: its Hook holds it until
+    // the removal returns, which is not before this call returns unless made from inside it.
+    unsafe { Shell::<HookFn>::run(user_data, |hook| hook(&info)) };
+}
+
+/// Whether a hook's removal, answered `status`, leaves nothing that the library can still call:
+/// removed now, or (`GPUMEM_ERROR_INVALID_HANDLE` for an id its allocator gave) removed already
+/// through `sys`, or its allocator destroyed, which ends its hooks' calls.
+fn hook_is_gone(status: sys::gpumem_status_t) -> bool {
+    status == sys::GPUMEM_SUCCESS || status == sys::GPUMEM_ERROR_INVALID_HANDLE
 }
 
 /// A hook added by [`Allocator::add_hook`]; removed when dropped, and its closure with it. It
@@ -377,15 +375,22 @@ impl Hook {
         self.id
     }
 
-    /// Removes the hook now, reporting a failure (the closure is then kept, as the hook may be).
+    /// Removes the hook now, reporting a failure. The closure is dropped once the library can no
+    /// longer call it: now, or from inside the hook, as that call returns; it is kept for good if
+    /// the hook may still be on the allocator.
     pub fn remove(self) -> Result<()> {
         let this = ManuallyDrop::new(self);
         // SAFETY: `this` is not dropped, so each field is read out exactly once.
         let (allocator, shell) = unsafe { (ptr::read(&this.allocator), ptr::read(&this.shell)) };
         // SAFETY: a live handle and a hook id it gave.
-        check(unsafe { sys::gpumem_allocator_remove_hook(allocator.as_raw(), this.id) })?;
-        shell.clear();
-        Ok(())
+        let status = unsafe { sys::gpumem_allocator_remove_hook(allocator.as_raw(), this.id) };
+        let result = check(status);
+        if hook_is_gone(status) {
+            drop(shell);
+        } else {
+            mem::forget(shell);
+        }
+        result
     }
 }
 
@@ -393,8 +398,9 @@ impl Drop for Hook {
     fn drop(&mut self) {
         // SAFETY: a live handle and a hook id it gave.
         let status = unsafe { sys::gpumem_allocator_remove_hook(self.allocator.as_raw(), self.id) };
-        if status == sys::GPUMEM_SUCCESS {
-            self.shell.clear();
+        if !hook_is_gone(status) {
+            // Perhaps still on the allocator: its shell must outlive every call that may come.
+            mem::forget(self.shell.clone());
         }
     }
 }
@@ -668,7 +674,6 @@ impl Allocator {
                 handle,
                 owned,
                 live: true,
-                hooks: Mutex::default(),
                 panics,
                 upstream,
             }),
@@ -968,29 +973,30 @@ impl Allocator {
     ///
     /// The hook may call gpumem only on another allocator, and to add or remove hooks, its own
     /// included (docs/thread-safety.md): dropping its own [`Hook`] from inside it is allowed.
-    /// Dropping the [`Hook`] elsewhere waits for the calls of it running on other threads, then
-    /// drops the closure; a call that started before the removal may still come, and finds
-    /// nothing to run.
+    /// Dropping the [`Hook`] waits for the calls of it running on other threads, after which the
+    /// library never calls it again, and drops the closure; dropped from inside the hook, the
+    /// closure goes as that call returns.
     pub fn add_hook<F>(&self, events: HookEvents, hook: F) -> Result<Hook>
     where
         F: Fn(&HookInfo) + Send + Sync + 'static,
     {
-        let shell: Arc<Shell<HookFn>> = Arc::new(Shell::new(Box::new(hook), self.inner.panics.clone()));
-        let user_data = Arc::as_ptr(&shell) as *mut c_void;
-        // Kept before the hook exists, so that no call can ever see it freed.
-        let mut hooks = self.inner.hooks.lock().unwrap_or_else(PoisonError::into_inner);
-        hooks.push(shell.clone());
+        let shell: Arc<Shell<HookFn>> = Shell::new(Box::new(hook), self.inner.panics.clone());
         let mut id = 0u64;
-        // SAFETY: a live handle; `user_data` stays valid as long as the handle (see `hooks`).
+        // SAFETY: a live handle; `shell`, then the Hook, holds the user data until the removal
+        // returns (or for good, if the removal fails).
         let status = unsafe {
-            sys::gpumem_allocator_add_hook(self.as_raw(), events.0, Some(hook_trampoline), user_data, &mut id)
+            sys::gpumem_allocator_add_hook(
+                self.as_raw(),
+                events.0,
+                Some(hook_trampoline),
+                Shell::user_data(&shell),
+                &mut id,
+            )
         };
         if status != sys::GPUMEM_SUCCESS {
-            let error = Error::last(status);
-            hooks.pop();
-            return Err(error);
+            // The library kept nothing.
+            return Err(Error::last(status));
         }
-        drop(hooks);
         Ok(Hook {
             allocator: self.clone(),
             id,

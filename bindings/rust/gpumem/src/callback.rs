@@ -5,11 +5,10 @@
 use crate::error::Status;
 use crate::sys;
 use std::any::Any;
-use std::cell::RefCell;
 use std::mem;
+use std::os::raw::c_void;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// Messages of the panics caught in callbacks, kept until taken.
 #[derive(Default)]
@@ -57,126 +56,80 @@ pub(crate) fn guarded(panics: &PanicLog, f: impl FnOnce() -> Result<(), Status>)
     }
 }
 
-thread_local! {
-    /// The shells whose closure runs on this thread, innermost last: each shell's address, and the
-    /// address of the `&F` that the frame holding its read lock lent the closure through.
-    static RUNNING: RefCell<Vec<(usize, *const ())>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Takes this thread's entry for a shell off `RUNNING`, on return or unwind alike.
-struct Running;
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = RUNNING.try_with(|running| running.borrow_mut().pop());
-    }
-}
-
-/// What the library keeps as a callback's `user_data`: the closure, until it is removed. The
-/// library may still run a callback after removing it (a call that started before), so the shell
-/// outlives the removal and the closure does not: a call that comes late finds nothing to run.
-/// Calls hold the read lock while the closure runs, and the removal takes the closure under the
-/// write lock, so it waits for calls running on other threads. A closure may remove itself (a
-/// hook dropping its own [`Hook`](crate::Hook)): the write lock would wait for this very call, so
-/// the closure is dropped once its outermost call on this thread has returned.
+/// What the library keeps as a callback's `user_data`: the closure, shared through an `Arc` by
+/// the handle that removes it ([`Hook`](crate::Hook), [`Reclaim`](crate::Reclaim)) and by each
+/// call of it that is running. The library calls a callback only between its adding and the
+/// return of its removal (or its allocator's destruction), and a removal returns only once no
+/// call of it runs on another thread: so when the handle lets its reference go after the removal,
+/// that is the last one and the closure is dropped then, except where the closure removed itself
+/// (a hook dropping its own [`Hook`](crate::Hook)). Its removal returns while it runs, and the
+/// call's own reference drops it as that call returns, not under it.
 pub(crate) struct Shell<F: ?Sized> {
-    closure: RwLock<Option<Box<F>>>,
-    /// Removed from inside a call of its own: the call that returns last on that thread drops it.
-    removed_while_running: AtomicBool,
+    /// Always `Some` until the shell is dropped, which takes it out to drop it inside `catch_unwind`.
+    closure: Option<Box<F>>,
     panics: Arc<PanicLog>,
 }
 
 impl<F: ?Sized> Shell<F> {
-    pub(crate) fn new(closure: Box<F>, panics: Arc<PanicLog>) -> Shell<F> {
-        Shell {
-            closure: RwLock::new(Some(closure)),
-            removed_while_running: AtomicBool::new(false),
+    pub(crate) fn new(closure: Box<F>, panics: Arc<PanicLog>) -> Arc<Shell<F>> {
+        Arc::new(Shell {
+            closure: Some(closure),
             panics,
-        }
+        })
     }
 
     pub(crate) fn panics(&self) -> &PanicLog {
         &self.panics
     }
 
-    fn id(&self) -> usize {
-        self as *const Shell<F> as *const () as usize
+    /// The `user_data` to give the library: the shell's address, valid as long as `this` is held.
+    pub(crate) fn user_data(this: &Arc<Shell<F>>) -> *mut c_void {
+        Arc::as_ptr(this) as *mut c_void
     }
 
-    /// The closure lent by a call of this shell further up this thread's stack, if one is running.
-    fn running_here(&self) -> Option<*const ()> {
-        let id = self.id();
-        // No thread-local left (the thread is ending): nothing of this crate's runs further up.
-        RUNNING
-            .try_with(|running| {
-                running
-                    .borrow()
-                    .iter()
-                    .rev()
-                    .find(|entry| entry.0 == id)
-                    .map(|entry| entry.1)
-            })
-            .unwrap_or(None)
-    }
-
-    /// Calls `call` with the closure, unless it has been removed; a panic is caught and kept. Never
-    /// unwinds, so it may run in a function called from C.
-    pub(crate) fn run(&self, call: impl FnOnce(&F)) {
-        if let Some(lent) = self.running_here() {
-            // The closure calls gpumem, which calls it again on this thread. Another read lock could
-            // wait behind a writer that waits for the outer one; the outer call's lends it instead.
-            // SAFETY: `lent` is the `&F` of the frame above that holds the read lock, a shell of the
-            // same type (one address, one shell), and it stays there until this call returns.
-            let closure: &F = unsafe { *(lent as *const &F) };
+    /// Calls `call` with the closure of the shell at `user_data`, holding a reference to the shell
+    /// until it returns; a panic is caught and kept. Never unwinds, so it may run in a function
+    /// called from C.
+    ///
+    /// # Safety
+    /// `user_data` comes from [`Shell::user_data`] of a `Shell<F>`, and the library is making a
+    /// call of the callback registered with it: the reference that registration's handle holds is
+    /// still there, since the removal that would let it go has not returned (one on another
+    /// thread waits for this call; one on this thread can only come from inside this call).
+    pub(crate) unsafe fn run(user_data: *mut c_void, call: impl FnOnce(&F)) {
+        let raw = user_data as *const Shell<F>;
+        // SAFETY: as the caller promises, `raw` came from `Arc::as_ptr` and at least one strong
+        // reference is alive now; this call's own keeps the shell until it returns.
+        let shell = unsafe {
+            Arc::increment_strong_count(raw);
+            Arc::from_raw(raw)
+        };
+        if let Some(closure) = shell.closure.as_deref() {
             if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| call(closure))) {
-                self.panics.push(payload);
-            }
-            return;
-        }
-        {
-            let guard = self.closure.read().unwrap_or_else(PoisonError::into_inner);
-            let closure: &F = match guard.as_deref() {
-                Some(closure) => closure,
-                None => return,
-            };
-            let entry = (self.id(), &closure as *const &F as *const ());
-            let registered = RUNNING.try_with(|running| running.borrow_mut().push(entry)).is_ok();
-            let _running = if registered { Some(Running) } else { None };
-            if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| call(closure))) {
-                self.panics.push(payload);
+                shell.panics.push(payload);
             }
         }
-        if self.removed_while_running.load(Ordering::SeqCst) && self.running_here().is_none() {
-            self.removed_while_running.store(false, Ordering::SeqCst);
-            if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| self.clear())) {
-                self.panics.push(payload);
-            }
-        }
+        // The last reference when the closure removed itself: it is dropped here, and `Drop`
+        // keeps a panic of its captures' drop rather than let it unwind into C.
+        drop(shell);
     }
+}
 
-    /// Drops the closure, once the library can no longer start a call of it: after the removal.
-    /// Waits for its calls on other threads; from inside one of its own calls, leaves it to that call.
-    pub(crate) fn clear(&self) {
-        if self.running_here().is_some() {
-            self.removed_while_running.store(true, Ordering::SeqCst);
-            return;
+impl<F: ?Sized> Drop for Shell<F> {
+    fn drop(&mut self) {
+        let closure = self.closure.take();
+        // Its captures' drop may call back into this crate, or panic; the panic is kept with the
+        // callback's others, wherever the last reference goes.
+        if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(move || drop(closure))) {
+            self.panics.push(payload);
         }
-        let closure = self.closure.write().unwrap_or_else(PoisonError::into_inner).take();
-        // Dropped with no lock held: its captures may call back into this crate.
-        drop(closure);
-    }
-
-    /// Whether the closure is gone.
-    #[cfg(test)]
-    pub(crate) fn is_clear(&self) -> bool {
-        self.closure.read().unwrap_or_else(PoisonError::into_inner).is_none()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     type Callback = dyn Fn(usize) + Send + Sync;
 
@@ -189,90 +142,109 @@ mod tests {
         }
     }
 
+    /// Panics when dropped.
+    struct PanicOnDrop;
+
+    impl Drop for PanicOnDrop {
+        fn drop(&mut self) {
+            panic!("dropped");
+        }
+    }
+
     #[test]
-    fn a_cleared_shell_runs_nothing_and_drops_its_closure() {
+    fn a_shell_let_go_drops_its_closure() {
         let dropped = Arc::new(AtomicBool::new(false));
         let calls = Arc::new(AtomicUsize::new(0));
         let (flag, counter) = (DropFlag(dropped.clone()), calls.clone());
-        let shell: Shell<Callback> = Shell::new(
+        let shell: Arc<Shell<Callback>> = Shell::new(
             Box::new(move |n| {
                 let _ = &flag;
                 counter.fetch_add(n, Ordering::SeqCst);
             }),
             Arc::default(),
         );
-        shell.run(|f| f(2));
-        shell.clear();
-        assert!(dropped.load(Ordering::SeqCst));
-        shell.run(|f| f(5));
+        // SAFETY: `shell` is held across the call.
+        unsafe { Shell::run(Shell::user_data(&shell), |f: &Callback| f(2)) };
         assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(Arc::strong_count(&shell), 1, "a call kept its reference");
+        drop(shell);
+        assert!(dropped.load(Ordering::SeqCst));
+        assert_eq!(Arc::strong_count(&calls), 1);
     }
 
     #[test]
-    fn a_closure_may_clear_its_own_shell_and_is_dropped_when_its_call_returns() {
+    fn a_closure_that_lets_its_shell_go_is_dropped_when_its_call_returns() {
         let dropped = Arc::new(AtomicBool::new(false));
         let flag = DropFlag(dropped.clone());
-        let shell: Arc<Shell<Callback>> = Arc::new(Shell::new(
+        let shell: Arc<Shell<Callback>> = Shell::new(
             Box::new(move |_| {
                 let _ = &flag;
             }),
             Arc::default(),
-        ));
+        );
+        let user_data = Shell::user_data(&shell);
+        let handle = Mutex::new(Some(shell));
         let seen_inside = AtomicBool::new(true);
-        shell.run(|f| {
-            f(0);
-            shell.clear();
-            seen_inside.store(dropped.load(Ordering::SeqCst), Ordering::SeqCst);
-        });
+        // SAFETY: the handle's reference is held until the closure lets it go, inside the call.
+        unsafe {
+            Shell::run(user_data, |f: &Callback| {
+                f(0);
+                drop(handle.lock().unwrap().take());
+                seen_inside.store(dropped.load(Ordering::SeqCst), Ordering::SeqCst);
+            })
+        };
         assert!(!seen_inside.load(Ordering::SeqCst), "dropped while running");
-        assert!(dropped.load(Ordering::SeqCst) && shell.is_clear());
+        assert!(dropped.load(Ordering::SeqCst), "kept after its last call");
     }
 
     #[test]
-    fn a_call_from_inside_a_call_reuses_the_outer_lock() {
-        let shell: Arc<Shell<Callback>> = Arc::new(Shell::new(Box::new(|_| {}), Arc::default()));
+    fn a_call_from_inside_a_call_keeps_the_shell_until_the_outer_one_returns() {
+        let dropped = Arc::new(AtomicBool::new(false));
+        let flag = DropFlag(dropped.clone());
+        let shell: Arc<Shell<Callback>> = Shell::new(
+            Box::new(move |_| {
+                let _ = &flag;
+            }),
+            Arc::default(),
+        );
+        let user_data = Shell::user_data(&shell);
+        let handle = Mutex::new(Some(shell));
         let depth = AtomicUsize::new(0);
-        shell.run(|_| {
-            depth.fetch_add(1, Ordering::SeqCst);
-            shell.run(|_| {
+        // SAFETY: the handle's reference is held until the inner call lets it go.
+        unsafe {
+            Shell::run(user_data, |_: &Callback| {
                 depth.fetch_add(1, Ordering::SeqCst);
-                shell.clear();
-            });
-            assert!(!shell.is_clear(), "cleared under the outer call");
-        });
+                Shell::run(user_data, |_: &Callback| {
+                    depth.fetch_add(1, Ordering::SeqCst);
+                    drop(handle.lock().unwrap().take());
+                });
+                assert!(!dropped.load(Ordering::SeqCst), "dropped under the outer call");
+            })
+        };
         assert_eq!(depth.load(Ordering::SeqCst), 2);
-        assert!(shell.is_clear());
+        assert!(dropped.load(Ordering::SeqCst));
     }
 
     #[test]
-    fn a_panic_is_kept_and_clearing_waits_for_other_threads() {
+    fn panics_of_the_closure_and_of_its_drop_are_kept() {
         let panics = Arc::new(PanicLog::default());
-        let shell: Arc<Shell<Callback>> = Arc::new(Shell::new(
-            Box::new(|n| {
+        let captured = PanicOnDrop;
+        let shell: Arc<Shell<Callback>> = Shell::new(
+            Box::new(move |n| {
+                let _ = &captured;
                 if n == 0 {
                     panic!("zero");
                 }
-                std::thread::sleep(std::time::Duration::from_millis(n as u64));
             }),
             panics.clone(),
-        ));
-        shell.run(|f| f(0));
+        );
+        let user_data = Shell::user_data(&shell);
+        // SAFETY: `shell` is held across the call.
+        unsafe { Shell::run(user_data, |f: &Callback| f(0)) };
         assert_eq!(panics.take(), vec!["zero".to_string()]);
-        let (started, finished) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
-        let (runner, start, finish) = (shell.clone(), started.clone(), finished.clone());
-        let thread = std::thread::spawn(move || {
-            runner.run(|f| {
-                start.store(true, Ordering::SeqCst);
-                f(200);
-                finish.store(true, Ordering::SeqCst);
-            })
-        });
-        while !started.load(Ordering::SeqCst) {
-            std::thread::yield_now();
-        }
-        shell.clear();
-        assert!(finished.load(Ordering::SeqCst), "the closure was dropped while it ran");
-        assert!(shell.is_clear());
-        thread.join().unwrap();
+        let handle = Mutex::new(Some(shell));
+        // SAFETY: the handle's reference is held until the closure lets it go, inside the call.
+        unsafe { Shell::run(user_data, |_: &Callback| drop(handle.lock().unwrap().take())) };
+        assert_eq!(panics.take(), vec!["dropped".to_string()]);
     }
 }

@@ -308,28 +308,42 @@ pub(crate) fn c_path(path: &Path) -> Result<CString> {
 type ReclaimFn = dyn Fn(i32, usize) + Send + Sync;
 
 unsafe extern "C" fn reclaim_trampoline(device: i32, size: usize, user_data: *mut c_void) {
-    // SAFETY: `user_data` is a leaked shell: it lives for the rest of the process.
-    let shell = unsafe { &*(user_data as *const Shell<ReclaimFn>) };
-    shell.run(|callback| callback(device, size));
+    // SAFETY: `user_data` is the shell of a callback the library is calling: its Reclaim holds it
+    // until the removal returns, which is not before this call returns unless made from inside it.
+    unsafe { Shell::<ReclaimFn>::run(user_data, |callback| callback(device, size)) };
+}
+
+/// Whether a reclaim callback's removal, answered `status`, leaves nothing that the library can
+/// still call: removed now, or (`GPUMEM_ERROR_INVALID_HANDLE` for an id it gave) removed already
+/// through `sys`.
+fn reclaim_is_gone(status: sys::gpumem_status_t) -> bool {
+    status == sys::GPUMEM_SUCCESS || status == sys::GPUMEM_ERROR_INVALID_HANDLE
 }
 
 /// A reclaim callback added by [`add_reclaim`]; removed when dropped, and its closure with it.
 #[must_use = "a Reclaim removes itself when dropped"]
 pub struct Reclaim {
     id: u64,
-    shell: &'static Shell<ReclaimFn>,
+    shell: Arc<Shell<ReclaimFn>>,
 }
 
 impl Reclaim {
-    /// Removes the callback now, reporting a failure (the closure is then kept, as the callback
-    /// may be).
+    /// Removes the callback now, reporting a failure. The closure is dropped once the library can
+    /// no longer call it: now, or from inside the callback, as that call returns; it is kept for
+    /// good if the callback may still be registered.
     pub fn remove(self) -> Result<()> {
-        let (id, shell) = (self.id, self.shell);
-        std::mem::forget(self);
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is not dropped, so the shell is read out exactly once.
+        let shell = unsafe { std::ptr::read(&this.shell) };
         // SAFETY: an id the library gave.
-        check(unsafe { sys::gpumem_reclaim_remove(id) })?;
-        shell.clear();
-        Ok(())
+        let status = unsafe { sys::gpumem_reclaim_remove(this.id) };
+        let result = check(status);
+        if reclaim_is_gone(status) {
+            drop(shell);
+        } else {
+            std::mem::forget(shell);
+        }
+        result
     }
 
     /// The messages of the panics caught in the callback so far; taken.
@@ -341,8 +355,9 @@ impl Reclaim {
 impl Drop for Reclaim {
     fn drop(&mut self) {
         // SAFETY: an id the library gave.
-        if unsafe { sys::gpumem_reclaim_remove(self.id) } == sys::GPUMEM_SUCCESS {
-            self.shell.clear();
+        if !reclaim_is_gone(unsafe { sys::gpumem_reclaim_remove(self.id) }) {
+            // Perhaps still registered: its shell must outlive every call that may come.
+            std::mem::forget(self.shell.clone());
         }
     }
 }
@@ -358,33 +373,22 @@ impl std::fmt::Debug for Reclaim {
 /// buffers it can reach), and may call gpumem. A panic in it is caught and kept
 /// ([`Reclaim::take_panics`]).
 ///
-/// Dropping the [`Reclaim`] (from inside the callback too) removes it and drops the closure, after
-/// waiting for its calls running on other threads. A pool that started running the callbacks
-/// before the removal may still call it, and finds nothing to run; for that, each registration
-/// keeps a few dozen bytes (not the closure) for the rest of the process.
+/// Dropping the [`Reclaim`] removes it: that waits for its calls running on other threads, after
+/// which no pool calls it again, and drops the closure; dropped from inside the callback, the
+/// closure goes as that call returns.
 pub fn add_reclaim<F>(callback: F) -> Result<Reclaim>
 where
     F: Fn(i32, usize) + Send + Sync + 'static,
 {
     require_version()?;
-    let shell: &'static Shell<ReclaimFn> = Box::leak(Box::new(Shell::new(
-        Box::new(callback) as Box<ReclaimFn>,
-        Arc::new(PanicLog::default()),
-    )));
+    let shell: Arc<Shell<ReclaimFn>> = Shell::new(Box::new(callback), Arc::new(PanicLog::default()));
     let mut id = 0;
-    // SAFETY: the shell lives for the rest of the process.
-    let status = unsafe {
-        sys::gpumem_reclaim_add(
-            Some(reclaim_trampoline),
-            shell as *const Shell<ReclaimFn> as *mut c_void,
-            &mut id,
-        )
-    };
+    // SAFETY: `shell`, then the Reclaim, holds the user data until the removal returns (or for
+    // good, if the removal fails).
+    let status = unsafe { sys::gpumem_reclaim_add(Some(reclaim_trampoline), Shell::user_data(&shell), &mut id) };
     if status != sys::GPUMEM_SUCCESS {
-        let error = Error::last(status);
-        // SAFETY: the library kept nothing on failure; this is the only reference to the leak.
-        drop(unsafe { Box::from_raw(shell as *const Shell<ReclaimFn> as *mut Shell<ReclaimFn>) });
-        return Err(error);
+        // The library kept nothing.
+        return Err(Error::last(status));
     }
     Ok(Reclaim { id, shell })
 }

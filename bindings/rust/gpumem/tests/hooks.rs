@@ -285,3 +285,92 @@ fn dropping_a_hook_while_other_threads_run_it() {
     }
     assert!(pool.take_panics().is_empty());
 }
+
+#[test]
+fn a_removed_hook_is_never_called_again_and_lets_its_captures_go() {
+    let (_host, pool) = host_pool();
+    for by_remove in [false, true] {
+        let captured = Arc::new(AtomicUsize::new(0));
+        let counter = captured.clone();
+        let hook = pool
+            .add_hook(HookEvents::MALLOC_PRE | HookEvents::FREE_POST, move |_| {
+                counter.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap();
+        pool.alloc(64).unwrap().free().unwrap();
+        assert_eq!(captured.load(Ordering::SeqCst), 2);
+        assert_eq!(Arc::strong_count(&captured), 2, "a call kept a reference");
+        if by_remove {
+            hook.remove().unwrap();
+        } else {
+            drop(hook);
+        }
+        assert_eq!(Arc::strong_count(&captured), 1, "the closure outlived its removal");
+        for size in [64, 5000, 70000] {
+            pool.alloc(size).unwrap().free().unwrap();
+        }
+        assert_eq!(captured.load(Ordering::SeqCst), 2, "a removed hook ran");
+    }
+}
+
+#[test]
+fn a_hook_removed_through_sys_lets_its_closure_go_when_dropped() {
+    let (_host, pool) = host_pool();
+    let captured = Arc::new(());
+    let held = captured.clone();
+    let hook = pool
+        .add_hook(HookEvents::MALLOC_PRE, move |_| {
+            let _ = &held;
+        })
+        .unwrap();
+    // SAFETY: a live allocator and a hook id it gave.
+    assert_eq!(
+        unsafe { gpumem::sys::gpumem_allocator_remove_hook(pool.as_raw(), hook.id()) },
+        Status::SUCCESS.0
+    );
+    assert_eq!(Arc::strong_count(&captured), 2);
+    // The library has nothing left to call: refused, and the closure goes.
+    assert_eq!(hook.remove().unwrap_err().status, Status::INVALID_HANDLE);
+    assert_eq!(Arc::strong_count(&captured), 1);
+}
+
+#[test]
+fn a_hook_removes_itself_while_other_threads_run_it() {
+    let (_host, pool) = host_pool();
+    for _ in 0..10 {
+        let slot: Arc<Mutex<Option<Hook>>> = Arc::new(Mutex::new(None));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (flag, dropped) = drop_flag();
+        let (own, counter) = (slot.clone(), calls.clone());
+        let hook = pool
+            .add_hook(HookEvents::MALLOC_PRE, move |_| {
+                let _ = &flag;
+                if counter.fetch_add(1, Ordering::SeqCst) == 50 {
+                    // Only this call takes the Hook; the others find the slot empty.
+                    drop(own.lock().unwrap().take());
+                }
+            })
+            .unwrap();
+        *slot.lock().unwrap() = Some(hook);
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let pool = pool.clone();
+                std::thread::spawn(move || {
+                    for size in 1..=100 {
+                        pool.alloc(size).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert!(slot.lock().unwrap().is_none());
+        assert!(dropped.load(Ordering::SeqCst), "the closure outlived its removal");
+        assert_eq!(Arc::strong_count(&calls), 1);
+        let after = calls.load(Ordering::SeqCst);
+        pool.alloc(8).unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), after, "a removed hook ran");
+    }
+    assert!(pool.take_panics().is_empty());
+}

@@ -96,3 +96,27 @@ fn a_reclaim_callback_may_remove_itself() {
     assert!(dropped.load(Ordering::SeqCst), "the closure outlived its own removal");
     drop(hold);
 }
+
+#[test]
+fn a_removed_reclaim_callback_is_never_called_again_and_lets_its_captures_go() {
+    let _alone = alone();
+    let pool = limited_pool(4096);
+    let hold = pool.alloc(4096).unwrap();
+    for by_remove in [false, true] {
+        let captured = Arc::new(Mutex::new(0usize));
+        let counter = captured.clone();
+        let reclaim = gpumem::add_reclaim(move |_, _| *counter.lock().unwrap() += 1).unwrap();
+        assert_eq!(pool.alloc(1000).unwrap_err().status, Status::OUT_OF_MEMORY);
+        assert_eq!(*captured.lock().unwrap(), 1);
+        assert_eq!(Arc::strong_count(&captured), 2, "a call kept a reference");
+        if by_remove {
+            reclaim.remove().unwrap();
+        } else {
+            drop(reclaim);
+        }
+        assert_eq!(Arc::strong_count(&captured), 1, "the closure outlived its removal");
+        assert_eq!(pool.alloc(1000).unwrap_err().status, Status::OUT_OF_MEMORY);
+        assert_eq!(*captured.lock().unwrap(), 1, "a removed callback ran");
+    }
+    drop(hold);
+}
