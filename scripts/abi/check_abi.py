@@ -170,11 +170,31 @@ def check_library(lib, description):
     return problems
 
 
+RELEASED = ROOT / "tests" / "abi" / "released"
+
+
+def last_release():
+    """The description of the newest release in tests/abi/released (its headers and map, as
+    extract.sh takes them from git history), or None without libclang. Comparing with it, not with
+    the checked-in file, is what keeps a change that is regenerated and committed at once honest."""
+    releases = sorted((d for d in RELEASED.iterdir() if (d / "gpumem.map").exists()),
+                      key=lambda d: tuple(int(x) for x in d.name.split(".")))
+    if not releases:
+        raise ValueError(f"no release in {RELEASED} has a gpumem.map (tests/abi/released/extract.sh)")
+    last = releases[-1] / "include"
+    try:
+        return json.loads(describe.generate(last, releases[-1] / "gpumem.map", last, strict=False))
+    except describe.Missing:
+        return None
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--description", type=pathlib.Path, default=describe.DEFAULT_OUTPUT)
     p.add_argument("--version-header-dir", help="the build tree's include/ (gpumem/gpumem_version.h)")
-    p.add_argument("--baseline", type=pathlib.Path, help="the description to compare with (default: --description)")
+    p.add_argument("--baseline", type=pathlib.Path,
+                   help="the description to compare with (default: the last release's, described from "
+                        "tests/abi/released/<version>: its headers and its lib/gpumem.map)")
     p.add_argument("--baseline-ref", help="compare with the description as this git revision has it")
     p.add_argument("--library", help="the built libgpumem.so to check against the description")
     args = p.parse_args(argv)
@@ -190,7 +210,9 @@ def main(argv=None):
     elif args.baseline:
         baseline, baseline_name = json.loads(args.baseline.read_text()), str(args.baseline)
     else:
-        baseline, baseline_name = checked_in, f"the checked-in {args.description.name}"
+        baseline, baseline_name = last_release(), None
+        if baseline is not None:
+            baseline_name = f"gpumem {baseline['version']}, the last release (tests/abi/released)"
 
     try:
         text = describe.generate(args.version_header_dir)

@@ -179,7 +179,8 @@ class _Eval:
 
 
 class Describer:
-    def __init__(self, cindex, include_dirs):
+    def __init__(self, cindex, include_dirs, strict=True):
+        self.strict = strict  # the house rules too (GPUMEM_NODISCARD), not only what the ABI is
         self.ci = cindex
         self.K = cindex.CursorKind
         self.T = cindex.TypeKind
@@ -246,7 +247,10 @@ class Describer:
 
     def describe(self, map_path):
         nodes, exported = parse_map(map_path)
-        tu, errors = self.parse("#include <gpumem/gpumem.h>\n#include <gpumem/experimental.h>\n")
+        # experimental.h stands apart from gpumem.h; a release from before it has none.
+        tiers = "#include <gpumem/experimental.h>\n" if any(
+            os.path.exists(os.path.join(d, "gpumem", "experimental.h")) for d in self.include_dirs) else ""
+        tu, errors = self.parse("#include <gpumem/gpumem.h>\n" + tiers)
         if errors:
             raise ValueError("the headers do not parse:\n" + "\n".join(str(d) for d in errors))
         K = self.K
@@ -273,7 +277,7 @@ class Describer:
                 if c.type.kind != self.T.FUNCTIONPROTO:
                     problems.append(f"{header}: {c.spelling} has no prototype (write (void))")
                     continue
-                if c.result_type.spelling == "gpumem_status_t" and not any(
+                if self.strict and c.result_type.spelling == "gpumem_status_t" and not any(
                         ch.kind == K.WARN_UNUSED_RESULT_ATTR for ch in c.get_children()):
                     problems.append(f"{header}: {c.spelling} returns a status and is declared without GPUMEM_NODISCARD")
                     continue
@@ -420,14 +424,16 @@ def dumps(value, indent=0):
     return pad + json.dumps(value)
 
 
-def generate(version_header_dir=None, map_path=ROOT / "lib" / "gpumem.map", include_dir=ROOT / "include"):
-    """The description as text. Raises Missing or ValueError."""
+def generate(version_header_dir=None, map_path=ROOT / "lib" / "gpumem.map", include_dir=ROOT / "include",
+             strict=True):
+    """The description as text. Raises Missing or ValueError. strict=False describes a release
+    from before a house rule (its headers as they were)."""
     cindex = load_cindex()
     with tempfile.TemporaryDirectory() as tmp:
         if version_header_dir is None or not (pathlib.Path(version_header_dir) / "gpumem" / "gpumem_version.h").exists():
             configure_version_header(tmp)
             version_header_dir = tmp
-        describer = Describer(cindex, [include_dir, version_header_dir])
+        describer = Describer(cindex, [include_dir, version_header_dir], strict)
         return dumps(describer.describe(map_path)) + "\n"
 
 

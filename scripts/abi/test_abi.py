@@ -84,6 +84,34 @@ class CompatibilityTest(unittest.TestCase):
                          [f"function gpumem_old_thing is added to GPUMEM_0.1; a new function belongs in GPUMEM_{major}.{minor}"])
 
 
+class ReleaseBaselineTest(unittest.TestCase):
+    """The check's default baseline is the last release, described from its own headers: a break
+    regenerated into the checked-in file in the same change is still a break."""
+
+    def setUp(self):
+        try:
+            describe.load_cindex()
+        except describe.Missing as e:
+            self.skipTest(str(e))
+        self.release = check_abi.last_release()
+
+    def test_the_headers_are_compatible_with_the_last_release(self):
+        self.assertEqual(self.release["version"], "0.3.0")
+        self.assertEqual(check_abi.incompatibilities(self.release, DESCRIPTION), [])
+        self.assertEqual(check_abi.misplaced_additions(self.release, DESCRIPTION), [])
+
+    def test_a_regenerated_break_is_still_reported(self):
+        new = copy.deepcopy(DESCRIPTION)
+        new["functions"]["gpumem_pool_set_limit"]["params"][1]["abi"] = "u32"
+        self.assertIn("function gpumem_pool_set_limit takes", "\n".join(check_abi.incompatibilities(self.release, new)))
+
+    def test_the_experimental_tier_may_change(self):
+        old = copy.deepcopy(DESCRIPTION)
+        new = copy.deepcopy(DESCRIPTION)
+        del new["functions"]["gpumem_shutdown"]
+        self.assertEqual(check_abi.incompatibilities(old, new), [])
+
+
 class BindingsTest(unittest.TestCase):
     def problems(self, binding, path):
         checker = check_bindings.Checker(DESCRIPTION)

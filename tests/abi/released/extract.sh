@@ -31,5 +31,6 @@ for release in "${releases[@]}"; do
   git show "$commit:include/gpumem/gpumem_version.h.in" |
     sed -e "s/@PROJECT_VERSION_MAJOR@/$major/" -e "s/@PROJECT_VERSION_MINOR@/$minor/" \
         -e "s/@PROJECT_VERSION_PATCH@/$patch/" -e "s/@PROJECT_VERSION@/$project_version/" >"$dir/gpumem_version.h"
+  git show "$commit:lib/gpumem.map" >"tests/abi/released/$version/gpumem.map"  # the ABI check's baseline
   echo "$dir: gpumem $project_version from $commit"
 done
