@@ -15,17 +15,18 @@ namespace {
 
 // The default of the device the caller names, not of the thread's current context: PyTorch and
 // CuPy free on whichever thread drops the memory, whose current device may be another.
-Allocator* default_of(int32_t device) {
+// Counted, as a NULL allocator is: a default replaced meanwhile is not destroyed under the call.
+gpumem::alloc::Resolved default_of(int32_t device) {
   if (device < 0) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "device is %d; devices are numbered from 0", device);
-  return gpumem::alloc::get_default(device);
+  return gpumem::alloc::default_for(device);
 }
 
 gpumem_cupy_target_t target_of(const void* target) {
   return gpumem::capi::in_struct(static_cast<const gpumem_cupy_target_t*>(target), "target");
 }
 
-Allocator* allocator_of(const gpumem_cupy_target_t& target, int32_t device) {
-  return target.allocator ? Allocator::from(target.allocator) : default_of(device);
+gpumem::alloc::Resolved allocator_of(const gpumem_cupy_target_t& target, int32_t device) {
+  return target.allocator ? gpumem::alloc::Resolved(Allocator::from(target.allocator)) : default_of(device);
 }
 
 }  // namespace

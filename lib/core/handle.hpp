@@ -62,9 +62,10 @@ struct Handle {
   }
   // Undoes retire() when releasing what the handle owns failed: the caller keeps a working handle.
   void revive() noexcept {
-    __atomic_store_n(&magic, kLive, __ATOMIC_RELEASE);
+    // Counted before it is published: a destroy that then wins retire() sees `counted` set.
     counted = true;
     live_handles().fetch_add(1, std::memory_order_relaxed);
+    __atomic_store_n(&magic, kLive, __ATOMIC_RELEASE);
   }
   // The library owns this one (a device pool): no caller destroys it, so it keeps nothing busy.
   void disown() noexcept { uncount(); }

@@ -107,6 +107,27 @@ size_t default_call_shard() {
   return static_cast<size_t>((sp * 0x9e3779b97f4a7c15ULL) >> 58);
 }
 
+// This thread's counted calls, by generation: a destroy made from inside one of them (a hook, a
+// reclaim callback) does not wait for the call it is made from.
+thread_local uint64_t own_default_calls[2] = {0, 0};
+
+// The default set for device, counted, or NULL (the device's pool) with nothing counted.
+Resolved counted_default(Defaults& d, int device) {
+  std::atomic<Allocator*>& slot = d.defaults[static_cast<size_t>(device)];
+  if (!slot.load(std::memory_order_acquire)) return Resolved(nullptr);
+  // Counted before it is read again: a destroy that waits for this generation sees the count, or
+  // this call sees the default that replaced the one being destroyed.
+  const unsigned g = default_calls.generation.load(std::memory_order_seq_cst) & 1;
+  std::atomic<uint64_t>& calls = default_calls.shards[g][default_call_shard()].calls;
+  calls.fetch_add(1, std::memory_order_seq_cst);
+  if (Allocator* a = slot.load(std::memory_order_seq_cst)) {
+    ++own_default_calls[g];
+    return Resolved(a, &calls, g);
+  }
+  calls.fetch_sub(1, std::memory_order_release);
+  return Resolved(nullptr);
+}
+
 // Over virtual memory where the device supports it (unless configured otherwise), mapped in units
 // of the device's granularity: with page reclaim, the finest unit strands the least.
 Allocator* device_pool_upstream(int device, const PoolConfig& config) {
@@ -126,7 +147,9 @@ Allocator* device_pool_upstream(int device, const PoolConfig& config) {
 }  // namespace
 
 Resolved::~Resolved() {
-  if (counted_) counted_->fetch_sub(1, std::memory_order_release);
+  if (!counted_) return;
+  --own_default_calls[generation_];
+  counted_->fetch_sub(1, std::memory_order_release);
 }
 
 Resolved current_default() {
@@ -137,16 +160,7 @@ Resolved current_default() {
   Defaults& d = all_defaults();
   const int device = d.devices == 1 ? 0 : driver::current_device();
   if (device >= d.devices) driver::require_device(device);
-  std::atomic<Allocator*>& slot = d.defaults[static_cast<size_t>(device)];
-  if (slot.load(std::memory_order_acquire)) {
-    // Counted before it is read again: a destroy that waits for this generation sees the count,
-    // or this call sees the default that replaced the one being destroyed.
-    const unsigned g = default_calls.generation.load(std::memory_order_seq_cst) & 1;
-    std::atomic<uint64_t>& calls = default_calls.shards[g][default_call_shard()].calls;
-    calls.fetch_add(1, std::memory_order_seq_cst);
-    if (Allocator* a = slot.load(std::memory_order_seq_cst)) return Resolved(a, &calls);
-    calls.fetch_sub(1, std::memory_order_release);
-  }
+  if (Resolved set = counted_default(d, device); set) return set;
   if (Allocator* pool = d.pools[static_cast<size_t>(device)].load(std::memory_order_acquire)) return Resolved(pool);
   return Resolved(device_pool(device));
 }
@@ -160,7 +174,7 @@ void wait_for_default_calls() {
     for (;;) {
       uint64_t calls = 0;
       for (const auto& shard : default_calls.shards[old]) calls += shard.calls.load(std::memory_order_seq_cst);
-      if (calls == 0) break;
+      if (calls == own_default_calls[old]) break;  // none left but those this thread is inside
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
@@ -199,6 +213,12 @@ void set_default(int device, Allocator* allocator) {
   }
   Allocator* old = d.defaults[static_cast<size_t>(device)].exchange(allocator, std::memory_order_seq_cst);
   if (old) old->unretain();
+}
+
+Resolved default_for(int device) {
+  Defaults& d = defaults(device);
+  if (Resolved set = counted_default(d, device); set) return set;
+  return Resolved(device_pool(device));
 }
 
 Allocator* get_default(int device) {

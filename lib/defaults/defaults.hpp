@@ -12,7 +12,9 @@ namespace gpumem::alloc {
 // longer than the call.
 class Resolved {
  public:
-  explicit Resolved(Allocator* a, std::atomic<uint64_t>* counted = nullptr) : a_(a), counted_(counted) {}
+  explicit Resolved(Allocator* a, std::atomic<uint64_t>* counted = nullptr, unsigned generation = 0)
+      : a_(a), counted_(counted), generation_(generation) {}
+  Resolved(Resolved&& o) noexcept : a_(o.a_), counted_(o.counted_), generation_(o.generation_) { o.counted_ = nullptr; }
   Resolved(const Resolved&) = delete;
   Resolved& operator=(const Resolved&) = delete;
   ~Resolved();
@@ -21,11 +23,15 @@ class Resolved {
 
  private:
   Allocator* a_;
-  std::atomic<uint64_t>* counted_;
+  std::atomic<uint64_t>* counted_;  // the shard this call counted itself in, if it did
+  unsigned generation_;
 };
 
 // The allocator behind a handle, NULL resolved to the current default.
 Resolved current_default();
+// get_default(device), counted as current_default() counts: for callers that name the device
+// (the PyTorch and CuPy entry points).
+Resolved default_for(int device);
 inline Resolved resolve(gpumem_allocator_t* handle) {
   return handle ? Resolved(Allocator::from(handle)) : current_default();
 }

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include <pthread.h>
 #include <sched.h>
 #if defined(__x86_64__)
 #include <emmintrin.h>
@@ -140,7 +141,10 @@ class HostCopier {
     const unsigned wanted = std::min<unsigned>(kMaxWorkers, static_cast<unsigned>(std::max(cores, 1) - 1));
     threads_.reserve(wanted);
     try {
-      for (; workers_ < wanted; ++workers_) threads_.emplace_back([this] { work(); });
+      for (; workers_ < wanted; ++workers_) {
+        threads_.emplace_back([this] { work(); });
+        pthread_setname_np(threads_.back().native_handle(), "gpumem-copy");  // for ps, gdb and tests
+      }
     } catch (const std::system_error&) {
       // Out of threads: copy with those that started, down to the calling thread alone.
     }

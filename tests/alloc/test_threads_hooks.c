@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <pthread.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <time.h>
 
@@ -129,8 +130,41 @@ static void test_threads_hooks_reclaim_remove_waits(void** state) {
   assert_ok(gpumem_allocator_destroy(up));
 }
 
+/* A former default destroyed from inside a hook of the call that resolved NULL to the current
+ * one: the destroy waits for the calls that may still use the old default, but not for the call
+ * it is made from (else it waits for ever: alarm() ends the test then). */
+static gpumem_allocator_t* former_default;
+static gpumem_status_t destroyed_from_hook = 1;
+static void destroy_former_default(const gpumem_hook_info_t* info, void* user_data) {
+  (void)info;
+  (void)user_data;
+  destroyed_from_hook = gpumem_allocator_destroy(former_default);
+}
+
+static void test_threads_hooks_former_default_destroyed_from_a_hook(void** state) {
+  (void)state;
+  gpumem_allocator_t* current = NULL;
+  uint64_t id = 0;
+  void* p = NULL;
+  assert_int_equal(gpumem_allocator_create_host(0, &former_default), GPUMEM_SUCCESS);
+  assert_int_equal(gpumem_allocator_create_host(0, &current), GPUMEM_SUCCESS);
+  assert_int_equal(gpumem_allocator_set_default(0, former_default), GPUMEM_SUCCESS);
+  assert_int_equal(gpumem_allocator_set_default(0, current), GPUMEM_SUCCESS);
+  assert_int_equal(gpumem_allocator_add_hook(current, GPUMEM_HOOK_MALLOC_POST, destroy_former_default, NULL, &id),
+                   GPUMEM_SUCCESS);
+  alarm(30);
+  assert_int_equal(gpumem_alloc(NULL, 64, NULL, &p), GPUMEM_SUCCESS);
+  alarm(0);
+  assert_int_equal(destroyed_from_hook, GPUMEM_SUCCESS);
+  assert_int_equal(gpumem_free(NULL, p, NULL), GPUMEM_SUCCESS);
+  assert_int_equal(gpumem_allocator_set_default(0, NULL), GPUMEM_SUCCESS);
+  assert_int_equal(gpumem_allocator_remove_hook(current, id), GPUMEM_SUCCESS);
+  assert_int_equal(gpumem_allocator_destroy(current), GPUMEM_SUCCESS);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_threads_hooks_former_default_destroyed_from_a_hook),
       cmocka_unit_test(test_threads_hooks_remove_waits_for_a_running_hook),
       cmocka_unit_test(test_threads_hooks_remove_from_inside_itself),
       cmocka_unit_test(test_threads_hooks_reclaim_remove_waits),
