@@ -125,7 +125,11 @@ if(MODE STREQUAL "install")
 
   if(TOOL)
     require_file("${PREFIX}/${BINDIR}/gpumem")
+    # As a user runs it: no LD_LIBRARY_PATH, so the tool's own run path must find the library.
+    set(library_path "$ENV{LD_LIBRARY_PATH}")
+    unset(ENV{LD_LIBRARY_PATH})
     run("installed tool" COMMAND "${PREFIX}/${BINDIR}/gpumem" version OUTPUT_VARIABLE out)
+    set(ENV{LD_LIBRARY_PATH} "${library_path}")
     if(NOT out STREQUAL "${VERSION}\n")
       message(FATAL_ERROR "the installed `gpumem version` printed '${out}', expected '${VERSION}'")
     endif()
