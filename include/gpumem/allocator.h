@@ -168,7 +168,8 @@ typedef void (*gpumem_hook_fn)(const gpumem_hook_info_t* info, void* user_data);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_device(int32_t device, gpumem_allocator_t** out_allocator);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_device(int32_t device,
+                                                                           gpumem_allocator_t** out_allocator);
 
 /**
  * @brief Creates an allocator of stream-ordered device memory (`cuMemAllocAsync` or
@@ -186,8 +187,9 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_device(int32
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_device_async(int32_t device, gpumem_cuda_pool_t cuda_pool,
-                                                                gpumem_allocator_t** out_allocator);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_device_async(int32_t device,
+                                                                                 gpumem_cuda_pool_t cuda_pool,
+                                                                                 gpumem_allocator_t** out_allocator);
 
 /**
  * @brief Creates an allocator of managed memory (`cuMemAllocManaged`); the stream is ignored.
@@ -205,7 +207,7 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_device_async
  * @since 0.1.0
  */
 GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_managed(int32_t device, uint32_t flags,
-                                                           gpumem_allocator_t** out_allocator);
+                                                                            gpumem_allocator_t** out_allocator);
 
 /**
  * @brief Creates an allocator of pinned host memory (`cuMemHostAlloc`); the stream is ignored.
@@ -218,7 +220,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_managed(int3
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_pinned(uint32_t flags, gpumem_allocator_t** out_allocator);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_pinned(uint32_t flags,
+                                                                           gpumem_allocator_t** out_allocator);
 
 /**
  * @brief Creates an allocator of plain host memory, aligned (`aligned_alloc`); needs no GPU.
@@ -230,7 +233,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_pinned(uint3
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_host(size_t alignment, gpumem_allocator_t** out_allocator);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_host(size_t alignment,
+                                                                         gpumem_allocator_t** out_allocator);
 
 /**
  * @brief Creates an allocator from the caller's functions.
@@ -244,8 +248,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_host(size_t 
  * from whichever thread allocates or frees, concurrently, and must be thread-safe themselves.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_functions(const gpumem_allocator_functions_t* functions,
-                                                             gpumem_allocator_t** out_allocator);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t
+gpumem_allocator_create_functions(const gpumem_allocator_functions_t* functions, gpumem_allocator_t** out_allocator);
 
 /**
  * @brief Destroys an allocator. Refused while it has live allocations or something relies on it
@@ -292,7 +296,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_destroy_force(gpume
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_get_device(gpumem_allocator_t* allocator, int32_t* out_device);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_get_device(gpumem_allocator_t* allocator,
+                                                                        int32_t* out_device);
 
 /**
  * @brief Allocates @p size bytes.
@@ -314,8 +319,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_get_device(gpumem_a
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_alloc(gpumem_allocator_t* allocator, size_t size, gpumem_stream_t stream,
-                                        void** out_ptr);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_alloc(gpumem_allocator_t* allocator, size_t size,
+                                                         gpumem_stream_t stream, void** out_ptr);
 
 /**
  * @brief Frees memory from gpumem_alloc() on the same allocator.
@@ -336,7 +341,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_alloc(gpumem_allocator_t* all
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_free(gpumem_allocator_t* allocator, void* ptr, gpumem_stream_t stream);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_free(gpumem_allocator_t* allocator, void* ptr,
+                                                        gpumem_stream_t stream);
 
 /**
  * @brief Sets the process-wide default allocator of a device: what a NULL allocator means on
@@ -375,7 +381,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_set_default(int32_t
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_get_default(int32_t device, gpumem_allocator_t** out_allocator);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_get_default(int32_t device,
+                                                                         gpumem_allocator_t** out_allocator);
 
 /**
  * @brief Sets the calling thread's override: what a NULL allocator means on this thread, for
@@ -389,7 +396,7 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_get_default(int32_t
  * @since 0.1.0
  */
 GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_set_thread(gpumem_allocator_t* allocator,
-                                                       gpumem_allocator_t** out_previous);
+                                                                        gpumem_allocator_t** out_previous);
 
 /**
  * @brief The calling thread's override.
@@ -417,7 +424,7 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_get_thread(gpumem_a
  * @since 0.1.0
  */
 GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_get_stats(gpumem_allocator_t* allocator,
-                                                      gpumem_allocator_stats_t* out_stats);
+                                                                       gpumem_allocator_stats_t* out_stats);
 
 /**
  * @brief Sets the peaks of an allocator's statistics to the current values.
@@ -448,7 +455,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_reset_peaks(gpumem_
  * @since 0.1.0
  */
 GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_add_hook(gpumem_allocator_t* allocator, uint32_t events,
-                                                     gpumem_hook_fn hook, void* user_data, uint64_t* out_hook_id);
+                                                                      gpumem_hook_fn hook, void* user_data,
+                                                                      uint64_t* out_hook_id);
 
 /**
  * @brief Removes a hook. Returns once no call of the hook is running on another thread, after
@@ -465,7 +473,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_add_hook(gpumem_all
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_remove_hook(gpumem_allocator_t* allocator, uint64_t hook_id);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_remove_hook(gpumem_allocator_t* allocator,
+                                                                         uint64_t hook_id);
 
 #ifdef __cplusplus
 }

@@ -82,7 +82,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_array_desc_init(gpumem_array_
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_array_create(const gpumem_array_desc_t* desc, gpumem_array_t** out_array);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_array_create(const gpumem_array_desc_t* desc,
+                                                                gpumem_array_t** out_array);
 
 /**
  * @brief Destroys an array and frees its memory (`cuArrayDestroy`).
@@ -112,7 +113,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_array_destroy(gpumem_array_t*
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_array_get_desc(const gpumem_array_t* array, gpumem_array_desc_t* out_desc);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_array_get_desc(const gpumem_array_t* array,
+                                                                  gpumem_array_desc_t* out_desc);
 
 #ifdef __cplusplus
 }

@@ -43,7 +43,8 @@ extern "C" {
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_memset(void* dst, uint32_t value, uint32_t element_size, size_t count);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_memset(void* dst, uint32_t value, uint32_t element_size,
+                                                          size_t count);
 
 /**
  * @brief Queues a memset as gpumem_memset() does, on a stream (`cuMemsetD8Async` and siblings).
@@ -63,8 +64,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_memset(void* dst, uint32_t va
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_memset_async(void* dst, uint32_t value, uint32_t element_size, size_t count,
-                                               gpumem_stream_t stream);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_memset_async(void* dst, uint32_t value, uint32_t element_size,
+                                                                size_t count, gpumem_stream_t stream);
 
 /**
  * @brief Copies @p size bytes from @p src to @p dst, synchronously (`cuMemcpy`).
@@ -109,7 +110,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_copy(void* dst, const void* s
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_copy_async(void* dst, const void* src, size_t size, gpumem_stream_t stream);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_copy_async(void* dst, const void* src, size_t size,
+                                                              gpumem_stream_t stream);
 
 /**
  * @brief A 2D copy: @c height rows of @c width bytes.

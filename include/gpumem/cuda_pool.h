@@ -103,7 +103,8 @@ typedef struct gpumem_cuda_pool_info_s {
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_cuda_pool_params_init(gpumem_cuda_pool_params_t* params, size_t struct_size);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_cuda_pool_params_init(gpumem_cuda_pool_params_t* params,
+                                                                         size_t struct_size);
 
 /**
  * @brief Creates an allocator over a CUDA memory pool: `cuMemAllocFromPoolAsync` and
@@ -129,7 +130,7 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_cuda_pool_params_init(gpumem_
  * @since 0.3.0
  */
 GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_cuda_pool(const gpumem_cuda_pool_params_t* params,
-                                                             gpumem_allocator_t** out_allocator);
+                                                                              gpumem_allocator_t** out_allocator);
 
 /**
  * @brief The CUDA memory pool behind a CUDA-pool allocator, for calls gpumem does not wrap
@@ -145,7 +146,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_cuda_pool(co
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_cuda_pool_get(gpumem_allocator_t* allocator, gpumem_cuda_pool_t* out_pool);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_cuda_pool_get(gpumem_allocator_t* allocator,
+                                                                 gpumem_cuda_pool_t* out_pool);
 
 /**
  * @brief Returns a CUDA pool's unused memory to the system until it holds about @p keep_bytes
@@ -177,7 +179,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_cuda_pool_trim(gpumem_allocat
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_cuda_pool_set_release_threshold(gpumem_allocator_t* allocator, uint64_t bytes);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_cuda_pool_set_release_threshold(gpumem_allocator_t* allocator,
+                                                                                   uint64_t bytes);
 
 /**
  * @brief What a CUDA pool holds, from its attributes.
@@ -193,7 +196,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_cuda_pool_set_release_thresho
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_cuda_pool_get_info(gpumem_allocator_t* allocator, gpumem_cuda_pool_info_t* out_info);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_cuda_pool_get_info(gpumem_allocator_t* allocator,
+                                                                      gpumem_cuda_pool_info_t* out_info);
 
 /**
  * @brief Restarts a CUDA pool's high watermarks (@c reserved_high and @c used_high of
@@ -253,8 +257,8 @@ enum gpumem_peer_access {
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_set_peer_access(gpumem_allocator_t* allocator, int32_t peer_device,
-                                                            uint32_t access);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_set_peer_access(gpumem_allocator_t* allocator,
+                                                                             int32_t peer_device, uint32_t access);
 
 /** @} */
 

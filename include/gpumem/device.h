@@ -97,7 +97,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_device_get_info(int32_t devic
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_device_query_memory(int32_t device, size_t* out_free, size_t* out_total);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_device_query_memory(int32_t device, size_t* out_free,
+                                                                       size_t* out_total);
 
 #ifdef __cplusplus
 }

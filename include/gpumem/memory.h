@@ -141,8 +141,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_device_free(void* ptr);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_device_alloc_async(int32_t device, size_t size, gpumem_stream_t stream,
-                                                     void** out_ptr);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_device_alloc_async(int32_t device, size_t size,
+                                                                      gpumem_stream_t stream, void** out_ptr);
 
 /**
  * @brief Allocates device memory ordered on a stream from a given CUDA memory pool
@@ -163,8 +163,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_device_alloc_async(int32_t de
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_device_alloc_from_pool(gpumem_cuda_pool_t pool, size_t size, gpumem_stream_t stream,
-                                                         void** out_ptr);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_device_alloc_from_pool(gpumem_cuda_pool_t pool, size_t size,
+                                                                          gpumem_stream_t stream, void** out_ptr);
 
 /**
  * @brief Frees device memory ordered on a stream (`cuMemFreeAsync`): the memory is released
@@ -307,7 +307,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_host_get_device_pointer(void*
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_managed_alloc(int32_t device, size_t size, uint32_t flags, void** out_ptr);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_managed_alloc(int32_t device, size_t size, uint32_t flags,
+                                                                 void** out_ptr);
 
 /**
  * @brief Frees memory from gpumem_managed_alloc() (`cuMemFree`).
@@ -346,7 +347,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_managed_free(void* ptr);
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_managed_prefetch(void* ptr, size_t size, int32_t location, gpumem_stream_t stream);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_managed_prefetch(void* ptr, size_t size, int32_t location,
+                                                                    gpumem_stream_t stream);
 
 /**
  * @brief Gives the driver advice about how a managed range is used (`cuMemAdvise`).
@@ -370,7 +372,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_managed_prefetch(void* ptr, s
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_managed_advise(void* ptr, size_t size, int32_t advice, int32_t location);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_managed_advise(void* ptr, size_t size, int32_t advice,
+                                                                  int32_t location);
 
 /**
  * @brief The advice and prefetch state of a managed range (`cuMemRangeGetAttributes`).
@@ -389,7 +392,7 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_managed_advise(void* ptr, siz
  * @since 0.1.0
  */
 GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_managed_get_range_info(const void* ptr, size_t size,
-                                                         gpumem_managed_range_info_t* out_info);
+                                                                          gpumem_managed_range_info_t* out_info);
 
 #ifdef __cplusplus
 }

@@ -128,7 +128,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_params_init(gpumem_pool_
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_create(const gpumem_pool_params_t* params, gpumem_allocator_t** out_pool);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_create(const gpumem_pool_params_t* params,
+                                                               gpumem_allocator_t** out_pool);
 
 /**
  * @brief The pool of a device, over its device allocator (CuPy's `MemoryPool` for that device):
@@ -166,7 +167,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_get_device(int32_t devic
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_release(gpumem_allocator_t* pool, gpumem_stream_t stream, uint32_t flags);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_release(gpumem_allocator_t* pool, gpumem_stream_t stream,
+                                                                uint32_t flags);
 
 /**
  * @brief What a pool holds.
@@ -183,7 +185,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_release(gpumem_allocator
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_get_info(gpumem_allocator_t* pool, gpumem_pool_info_t* out_info);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_get_info(gpumem_allocator_t* pool,
+                                                                 gpumem_pool_info_t* out_info);
 
 /**
  * @brief What a pool's growth has cost since it was made: memory taken from its upstream, memory
@@ -214,7 +217,8 @@ typedef struct gpumem_pool_growth_info_s {
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.4.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_get_growth_info(gpumem_allocator_t* pool, gpumem_pool_growth_info_t* out_info);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_get_growth_info(gpumem_allocator_t* pool,
+                                                                        gpumem_pool_growth_info_t* out_info);
 
 /**
  * @brief Lists every block a pool holds, as one consistent picture: each segment (upstream
@@ -232,7 +236,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_get_growth_info(gpumem_a
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_snapshot(gpumem_allocator_t* pool, gpumem_block_fn fn, void* user_data);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_snapshot(gpumem_allocator_t* pool, gpumem_block_fn fn,
+                                                                 void* user_data);
 
 /**
  * @brief Writes a pool's snapshot (gpumem_pool_snapshot()) as JSON to a file: its totals, then
@@ -366,7 +371,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_set_device_config(const 
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_record_stream(gpumem_allocator_t* pool, void* ptr, gpumem_stream_t stream);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_record_stream(gpumem_allocator_t* pool, void* ptr,
+                                                                      gpumem_stream_t stream);
 
 /**
  * @brief Registers a reclaim callback, run by every pool that runs out of memory.
@@ -379,7 +385,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_record_stream(gpumem_all
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.1.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_reclaim_add(gpumem_reclaim_fn reclaim, void* user_data, uint64_t* out_id);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_reclaim_add(gpumem_reclaim_fn reclaim, void* user_data,
+                                                               uint64_t* out_id);
 
 /**
  * @brief Removes a reclaim callback. Returns once no call of it is running on another thread,

@@ -39,8 +39,8 @@ typedef struct gpumem_trace_s gpumem_trace_t;
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_trace_start(gpumem_allocator_t* allocator, const char* path, uint32_t flags,
-                                              gpumem_trace_t** out_trace);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_trace_start(gpumem_allocator_t* allocator, const char* path,
+                                                               uint32_t flags, gpumem_trace_t** out_trace);
 
 /**
  * @brief Stops a recording, writes what is left and closes its file. The handle is then gone.
@@ -103,7 +103,8 @@ typedef struct gpumem_trace_record_s {
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_trace_reader_open(const char* path, gpumem_trace_reader_t** out_reader);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_trace_reader_open(const char* path,
+                                                                     gpumem_trace_reader_t** out_reader);
 
 /**
  * @brief The header of an open trace.
@@ -117,7 +118,7 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_trace_reader_open(const char*
  * @since 0.3.0
  */
 GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_trace_reader_get_header(gpumem_trace_reader_t* reader,
-                                                          gpumem_trace_header_t* out_header);
+                                                                           gpumem_trace_header_t* out_header);
 
 /**
  * @brief The next record of a trace.
@@ -133,8 +134,9 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_trace_reader_get_header(gpume
  * Per handle: concurrent calls on different handles; one handle is serialized by the caller.
  * @since 0.3.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_trace_reader_next(gpumem_trace_reader_t* reader, gpumem_trace_record_t* out_record,
-                                                    bool* out_has_record);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_trace_reader_next(gpumem_trace_reader_t* reader,
+                                                                     gpumem_trace_record_t* out_record,
+                                                                     bool* out_has_record);
 
 /**
  * @brief Closes a reader. NULL is accepted and does nothing.

@@ -100,7 +100,7 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_vm_params_init(gpumem_vm_para
  * @since 0.4.0
  */
 GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_vm(const gpumem_vm_params_t* params,
-                                                      gpumem_allocator_t** out_allocator);
+                                                                       gpumem_allocator_t** out_allocator);
 
 /**
  * @brief What a VM allocator holds: its map unit and range size as in effect, and the addresses
@@ -116,7 +116,8 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_allocator_create_vm(const gpu
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.4.0
  */
-GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_vm_get_info(gpumem_allocator_t* allocator, gpumem_vm_info_t* out_info);
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_vm_get_info(gpumem_allocator_t* allocator,
+                                                               gpumem_vm_info_t* out_info);
 
 #ifdef __cplusplus
 }
