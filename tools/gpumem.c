@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "replay.h"
+#include "summary.h"
 
 static const char* yes_no(bool b) { return b ? "yes" : "no"; }
 
@@ -68,6 +69,9 @@ static void usage(FILE* to) {
           "  viz TRACE [-o PAGE.html] [--config NAME] [--device-memory SIZE]\n"
           "           writes a self-contained page picturing the trace replayed through a pool:\n"
           "           memory over time and the segments at the peak (memory.html unless given)\n"
+          "  summary TRACE [--top N]\n"
+          "           what the trace says the traced allocator did, as torch.cuda.memory_summary()\n"
+          "           prints it, and the largest allocations live at the peak\n"
           "  version  the library version\n");
 }
 
@@ -75,6 +79,7 @@ int main(int argc, char** argv) {
   if (argc == 2 && strcmp(argv[1], "info") == 0) return info();
   if (argc >= 2 && strcmp(argv[1], "replay") == 0) return replay_main(argc - 2, argv + 2);
   if (argc >= 2 && strcmp(argv[1], "viz") == 0) return viz_main(argc - 2, argv + 2);
+  if (argc >= 2 && strcmp(argv[1], "summary") == 0) return summary_main(argc - 2, argv + 2);
   if (argc == 2 && strcmp(argv[1], "version") == 0) {
     printf("%s\n", gpumem_version_string());
     return 0;
