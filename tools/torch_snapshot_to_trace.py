@@ -11,6 +11,10 @@ memory), "segment_alloc" and "segment_free" PyTorch's own blocks from cudaMalloc
 which a replay ignores but which give PyTorch's reserved bytes), "oom" a failed allocation.
 PyTorch keeps only its most recent entries (100,000 unless told otherwise), so frees of earlier
 allocations are left unmatched by a replay.
+
+PyTorch stamps each entry with the wall-clock time in microseconds since 1970. The trace's header
+takes the first entry's time as the start of the recording, and the records count from it
+(docs/trace-format.md), so the first record is 0 s into the trace.
 """
 import argparse
 import pickle
@@ -37,9 +41,9 @@ def zigzag(value):
     return varint(((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
-def header(device, kind=b"pytorch caching allocator"):
+def header(device, start_ns, kind=b"pytorch caching allocator"):
     fixed = 8 + 4 + 4 + 4 + 4 + 8 + 2
-    return (b"GPUMEMTR" + struct.pack("<IIiIQH", 1, fixed + len(kind), device, 0, time.time_ns(), len(kind)) + kind)
+    return (b"GPUMEMTR" + struct.pack("<IIiIQH", 1, fixed + len(kind), device, 0, start_ns, len(kind)) + kind)
 
 
 def convert(snapshot, device):
@@ -48,14 +52,19 @@ def convert(snapshot, device):
     if device >= len(traces):
         raise SystemExit(f"the snapshot has traces for {len(traces)} device(s), none for device {device}")
     entries = [e for e in traces[device] if e.get("action") in EVENTS]
-    out = bytearray(header(device))
-    last_time = last_address = 0
+    # Older snapshots have no times: then a microsecond an entry keeps the order, and the recording
+    # is taken to start now.
+    timed = bool(entries) and all("time_us" in e for e in entries)
+    times = [int(e["time_us"]) * 1000 if timed else index * 1000 for index, e in enumerate(entries)]
+    start = times[0] if timed else time.time_ns()
+    out = bytearray(header(device, start))
+    last_time = times[0] if times else 0
+    last_address = 0
     live = reserved = peak_live = peak_reserved = 0
     sizes = {}
     for index, e in enumerate(entries):
         event = EVENTS[e["action"]]
-        # Older snapshots have no time: a microsecond an entry keeps the order.
-        t = int(e.get("time_us", index)) * 1000
+        t = times[index]
         address = int(e.get("addr", 0)) if event != ALLOC_FAILED else 0
         size = int(e.get("size", 0))
         out += bytes([event]) + varint(max(t - last_time, 0)) + varint(1) + varint(int(e.get("stream", 0)))

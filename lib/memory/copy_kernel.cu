@@ -48,29 +48,32 @@ __device__ __forceinline__ void copy_row(uint8_t* __restrict__ dst, const uint8_
   // 16 bytes as a row byte: never on another page.
   const uint4* __restrict__ in = reinterpret_cast<const uint4*>(from - shift);
   const uint64_t step = uint64_t(lanes) * kBatch<kShifted>;
-  if (!kShifted || shift == 0) {
-    for (uint64_t i = lane; i < words; i += step) {
-      uint4 v[kBatch<kShifted>];
+  // The aligned kernel has no shifting loop at all: it is not merely skipped at run time.
+  if constexpr (kShifted) {
+    if (shift != 0) {
+      for (uint64_t i = lane; i < words; i += step) {
+        uint4 lo[kBatch<kShifted>], hi[kBatch<kShifted>];
 #pragma unroll
-      for (int k = 0; k < kBatch<kShifted>; ++k)
-        if (i + k * lanes < words) v[k] = in[i + k * lanes];
+        for (int k = 0; k < kBatch<kShifted>; ++k)
+          if (i + k * lanes < words) {
+            lo[k] = in[i + k * lanes];
+            hi[k] = in[i + k * lanes + 1];
+          }
 #pragma unroll
-      for (int k = 0; k < kBatch<kShifted>; ++k)
-        if (i + k * lanes < words) out[i + k * lanes] = v[k];
+        for (int k = 0; k < kBatch<kShifted>; ++k)
+          if (i + k * lanes < words) out[i + k * lanes] = cut(lo[k], hi[k], shift);
+      }
+      return;
     }
-    return;
   }
   for (uint64_t i = lane; i < words; i += step) {
-    uint4 lo[kBatch<kShifted>], hi[kBatch<kShifted>];
+    uint4 v[kBatch<kShifted>];
 #pragma unroll
     for (int k = 0; k < kBatch<kShifted>; ++k)
-      if (i + k * lanes < words) {
-        lo[k] = in[i + k * lanes];
-        hi[k] = in[i + k * lanes + 1];
-      }
+      if (i + k * lanes < words) v[k] = in[i + k * lanes];
 #pragma unroll
     for (int k = 0; k < kBatch<kShifted>; ++k)
-      if (i + k * lanes < words) out[i + k * lanes] = cut(lo[k], hi[k], shift);
+      if (i + k * lanes < words) out[i + k * lanes] = v[k];
   }
 }
 
