@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
 #include "replay.h"
 #include "summary.h"
 
@@ -55,39 +56,72 @@ static int info(void) {
   return 0;
 }
 
+static int version(void) {
+  printf("%s\n", gpumem_version_string());
+  return 0;
+}
+
 static void usage(FILE* to) {
-  fprintf(to,
-          "usage: gpumem <command>\n"
-          "commands:\n"
-          "  info     the library version, the CUDA driver and each device's memory and capabilities\n"
-          "  replay TRACE [--device-memory SIZE] [--config NAME]...\n"
-          "           replays a trace (gpumem_trace_start) through allocator configurations over a\n"
-          "           simulated device (80 GiB unless given; no GPU needed): pool (the default),\n"
-          "           pool:vm (segments that grow in place, over virtual memory mapped 32 MiB at a\n"
-          "           time; pool:vm,unit=2MiB for another unit), pool:limit=SIZE,\n"
-          "           pool:vm,limit=SIZE, device (no caching); SIZE in bytes or with KiB/MiB/GiB/TiB\n"
-          "  viz TRACE [-o PAGE.html] [--config NAME] [--device-memory SIZE]\n"
-          "           writes a self-contained page picturing the trace replayed through a pool:\n"
-          "           memory over time and the segments at the peak (memory.html unless given)\n"
-          "  summary TRACE [--top N]\n"
-          "           what the trace says the traced allocator did, as torch.cuda.memory_summary()\n"
-          "           prints it, and the largest allocations live at the peak\n"
-          "  version  the library version\n");
+  fputs(
+      "usage: gpumem COMMAND [ARGUMENT]...\n"
+      "       gpumem -h | --help | -V | --version\n"
+      "commands (gpumem COMMAND --help tells of each):\n"
+      "  info     the library version, the CUDA driver and each device's memory and capabilities\n"
+      "  replay   replays a trace through allocator configurations over a simulated device (no GPU\n"
+      "           needed) and prints what each held: gpumem replay TRACE [--config NAME]...\n"
+      "  viz      writes a self-contained page picturing a trace replayed through a pool:\n"
+      "           gpumem viz TRACE [-o PAGE.html]\n"
+      "  summary  a trace's figures as torch.cuda.memory_summary() prints them, and the largest\n"
+      "           allocations live at the peak: gpumem summary TRACE [--top N]\n"
+      "  version  the library version\n"
+      "options:\n"
+      "  -h, --help     this text\n"
+      "  -V, --version  the library version, as gpumem version prints it\n",
+      to);
+}
+
+static void info_usage(FILE* to) {
+  fputs(
+      "usage: gpumem info\n"
+      "The library version, the CUDA driver and each device's memory and capabilities. Without a\n"
+      "driver or a device it says so and exits 0; 1 when a device cannot be queried.\n",
+      to);
+}
+
+static void version_usage(FILE* to) {
+  fputs("usage: gpumem version (or gpumem --version, gpumem -V)\nThe library version, as MAJOR.MINOR.PATCH.\n", to);
+}
+
+/* A command that takes no arguments but --help. */
+static int no_arguments(const char* name, int argc, char** argv, void (*usage_of)(FILE*), int (*run)(void)) {
+  if (argc == 1 && cli_is_help(argv[0])) {
+    usage_of(stdout);
+    return 0;
+  }
+  if (argc) {
+    fprintf(stderr, "gpumem %s: unexpected argument \"%s\"; it takes none (see gpumem %s --help)\n", name, argv[0],
+            name);
+    return 2;
+  }
+  return run();
 }
 
 int main(int argc, char** argv) {
-  if (argc == 2 && strcmp(argv[1], "info") == 0) return info();
-  if (argc >= 2 && strcmp(argv[1], "replay") == 0) return replay_main(argc - 2, argv + 2);
-  if (argc >= 2 && strcmp(argv[1], "viz") == 0) return viz_main(argc - 2, argv + 2);
-  if (argc >= 2 && strcmp(argv[1], "summary") == 0) return summary_main(argc - 2, argv + 2);
-  if (argc == 2 && strcmp(argv[1], "version") == 0) {
-    printf("%s\n", gpumem_version_string());
-    return 0;
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
   }
-  if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+  const char* command = argv[1];
+  if (cli_is_help(command)) {
     usage(stdout);
     return 0;
   }
-  usage(stderr);
+  if (!strcmp(command, "info")) return no_arguments(command, argc - 2, argv + 2, info_usage, info);
+  if (!strcmp(command, "replay")) return replay_main(argc - 2, argv + 2);
+  if (!strcmp(command, "viz")) return viz_main(argc - 2, argv + 2);
+  if (!strcmp(command, "summary")) return summary_main(argc - 2, argv + 2);
+  if (!strcmp(command, "version") || !strcmp(command, "--version") || !strcmp(command, "-V"))
+    return no_arguments(command, argc - 2, argv + 2, version_usage, version);
+  fprintf(stderr, "gpumem: unknown %s \"%s\"; see gpumem --help\n", command[0] == '-' ? "option" : "command", command);
   return 2;
 }

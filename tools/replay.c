@@ -154,84 +154,13 @@ static double now_ns(void) {
   return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
 }
 
-int replay_parse_size(const char* text, uint64_t* out) {
-  /* Digits first: strtod's nan, inf, -1, 1e30 and 0x10 are no sizes (and a float beyond 2^64 cast
-   * to an integer is undefined). */
-  const size_t digits = strspn(text, "0123456789");
-  if (!digits) return -1;
-  const char* end = text + digits;
-  const char* fraction = NULL;
-  if (*end == '.') {
-    fraction = end;
-    end += 1 + strspn(end + 1, "0123456789");
-    if (end == fraction + 1) return -1;
-  }
-  static const struct {
-    const char* name;
-    uint64_t bytes;
-  } units[] = {{"", 1}, {"B", 1}, {"KiB", 1ULL << 10}, {"MiB", 1ULL << 20}, {"GiB", 1ULL << 30}, {"TiB", 1ULL << 40}};
-  uint64_t unit = 0;
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-    if (!strcmp(end, units[i].name)) unit = units[i].bytes;
-  if (!unit) return -1;
-  uint64_t v = 0;
-  for (const char* p = text; p < text + digits; p++) {
-    const unsigned d = (unsigned)(*p - '0');
-    if (v > (UINT64_MAX - d) / 10) return -2;
-    v = v * 10 + d;
-  }
-  if (v > UINT64_MAX / unit) return -2;
-  v *= unit;
-  /* The fraction of a unit, rounded down to a byte: under 2^40, exact enough in a double. */
-  const uint64_t part = fraction ? (uint64_t)(strtod(fraction, NULL) * (double)unit) : 0;
-  if (part > UINT64_MAX - v) return -2;
-  *out = v + part;
-  return 0;
-}
-
-#define CONFIG_NAMES "device, pool, or pool: with vm, unit=SIZE and limit=SIZE, comma-separated (pool:vm,limit=8GiB)"
-
-struct config {
-  int pool;
-  uint64_t limit; /* 0: none */
-  uint64_t unit;  /* over virtual memory: the map unit; 0: not */
-};
-
-/* Reads a configuration's name: "device", or "pool" with options after a colon: "vm" (over the
- * device's virtual memory), "unit=SIZE" (that, mapped SIZE at a time) and "limit=SIZE". */
-static int parse_config(const char* name, struct config* c) {
-  memset(c, 0, sizeof *c);
-  if (!strcmp(name, "device")) return 0;
-  if (strncmp(name, "pool", 4) != 0 || (name[4] && name[4] != ':')) return -1;
-  c->pool = 1;
-  if (!name[4]) return 0;
-  char options[128];
-  if (snprintf(options, sizeof options, "%s", name + 5) >= (int)sizeof options) return -1;
-  char* saved = NULL;
-  for (char* o = strtok_r(options, ",", &saved); o; o = strtok_r(NULL, ",", &saved)) {
-    if (!strcmp(o, "vm")) {
-      if (!c->unit) c->unit = SIM_DEVICE_MAP_UNIT;
-    } else if (!strncmp(o, "unit=", 5)) {
-      if (replay_parse_size(o + 5, &c->unit) != 0 || c->unit == 0) return -1;
-    } else if (strncmp(o, "limit=", 6) != 0 || replay_parse_size(o + 6, &c->limit) != 0) {
-      return -1;
-    }
-  }
-  return 0;
-}
-
-/* Makes the allocator a configuration names over the device. */
-static int make_config(const char* name, gpumem_allocator_t* device, gpumem_allocator_t** out, char* error,
+/* Makes the allocator of a configuration over the device. */
+static int make_config(const struct replay_config* c, gpumem_allocator_t* device, gpumem_allocator_t** out, char* error,
                        size_t error_size) {
-  struct config c;
-  if (parse_config(name, &c) != 0) {
-    snprintf(error, error_size, "unknown configuration \"%s\" (use " CONFIG_NAMES ")", name);
-    return -1;
-  }
   gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
   params.upstream = device;
-  params.limit = c.limit;
-  if (!c.pool) {
+  params.limit = c->limit;
+  if (!c->pool) {
     *out = device;
     return 0;
   }
@@ -266,15 +195,17 @@ struct replay {
 
 /* The simulated device and the configuration over it: 0, or -1 with r->error set. */
 static int replay_open(struct replay* x, const char* path, uint64_t capacity) {
-  struct config c;
+  struct replay_config c;
+  if (replay_config_parse(x->r->name, &c, x->r->error, sizeof x->r->error) != 0) return -1;
   gpumem_allocator_functions_t fns;
-  sim_device_init(&x->dev, capacity, parse_config(x->r->name, &c) == 0 ? c.unit : 0, &fns);
+  sim_device_init(&x->dev, capacity, c.unit, &fns);
   const gpumem_status_t st = gpumem_allocator_create_functions(&fns, &x->device);
-  if (st != GPUMEM_SUCCESS) {
-    snprintf(x->r->error, sizeof x->r->error, "%s: %s", gpumem_status_name(st), gpumem_last_error_detail());
+  if (st != GPUMEM_SUCCESS) { /* the tool's own device, whose parameters a user does not write */
+    snprintf(x->r->error, sizeof x->r->error, "the simulated device: %s: %s", gpumem_status_name(st),
+             gpumem_last_error_detail());
     return -1;
   }
-  if (make_config(x->r->name, x->device, &x->config, x->r->error, sizeof x->r->error) != 0) return -1;
+  if (make_config(&c, x->device, &x->config, x->r->error, sizeof x->r->error) != 0) return -1;
   return source_open(&x->src, path, x->r->error, sizeof x->r->error);
 }
 

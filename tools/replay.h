@@ -4,6 +4,7 @@
 #define GPUMEM_TOOLS_REPLAY_H
 
 #include <gpumem/gpumem.h>
+#include <stdio.h>
 
 /* What one configuration's replay did. */
 struct replay_result {
@@ -37,13 +38,31 @@ void replay_run(const char* path, uint64_t capacity, uint64_t records, struct re
                 const struct replay_observer* observer);
 /* The records of the trace at path; error set on failure. */
 uint64_t replay_count_records(const char* path, char* error, size_t error_size);
-/* Bytes from "1073741824" or a number with KiB, MiB, GiB or TiB ("1.5GiB"): 0; -1 if it is
- * neither, -2 if it is 2^64 bytes or more. */
-int replay_parse_size(const char* text, uint64_t* out);
-/* The value of a size option (--device-memory) of `gpumem command`: 0, or 2 (the exit status for a
- * bad argument) after saying on stderr why it is refused. Refuses 0 bytes too. */
-int replay_size_option(const char* command, const char* option, const char* text, uint64_t* out);
 
+/* A configuration (replay_config.c): "device", or "pool" with options after a colon: "vm" (over
+ * the device's virtual memory), "unit=SIZE" (that, mapped SIZE at a time) and "limit=SIZE". */
+struct replay_config {
+  int pool;
+  uint64_t limit; /* 0: none */
+  uint64_t unit;  /* over virtual memory: the map unit; 0: not */
+};
+/* Reads the configuration name into c: 0, or -1 with error saying why, in the name's own terms. */
+int replay_config_parse(const char* name, struct replay_config* c, char* error, size_t error_size);
+
+/* How gpumem replay prints its results (replay_output.c): the trace's figures first, then each
+ * configuration's (index counting from 0), then the end. */
+enum replay_format { REPLAY_TEXT, REPLAY_JSON, REPLAY_CSV };
+struct replay_trace {
+  const char* path;
+  uint64_t records, capacity;
+};
+void replay_print_trace(int format, const struct replay_trace* t);
+void replay_print_result(int format, const struct replay_trace* t, const struct replay_result* r, int index);
+void replay_print_end(int format);
+
+/* The usage of `gpumem replay` and `gpumem viz`. */
+void replay_usage(FILE* to);
+void viz_usage(FILE* to);
 /* `gpumem replay` and `gpumem viz` with the arguments after the command's name: exit statuses. */
 int replay_main(int argc, char** argv);
 int viz_main(int argc, char** argv);

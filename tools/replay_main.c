@@ -1,25 +1,122 @@
-/* gpumem replay, the command: its arguments, and a table of what each configuration did. */
+/* gpumem replay, the command: its arguments, every one checked before any replay starts, and what
+ * each configuration did (printed by replay_output.c). */
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
 #include "replay.h"
 
-int replay_size_option(const char* command, const char* option, const char* text, uint64_t* out) {
-  const int got = replay_parse_size(text, out);
-  if (got == -2)
-    fprintf(stderr, "gpumem %s: %s %s: more than 2^64 - 1 bytes, the most a size can be\n", command, option, text);
-  else if (got != 0 || *out == 0)
-    fprintf(stderr, "gpumem %s: %s %s: give bytes, or a number with KiB, MiB, GiB or TiB (as in 1.5GiB)\n", command,
-            option, text);
-  return got == 0 && *out != 0 ? 0 : 2;
+enum { kMaxConfigs = 16 };
+
+static const char kUsage[] =
+    "usage: gpumem replay TRACE [--device-memory SIZE] [--config NAME]... [--format text|json|csv]\n"
+    "Replays a trace (a gpumem trace from gpumem_trace_start, or an RMM CSV log) through allocator\n"
+    "configurations over a simulated device: no GPU needed.\n"
+    "options (a long option's value may also follow \"=\": --config=pool):\n"
+    "  --device-memory SIZE  the simulated device's capacity; 80GiB unless given\n"
+    "  --config NAME         a configuration to replay through, up to 16 times, each in its own row:\n"
+    "                          pool                a gpumem pool (the default)\n"
+    "                          pool:vm             segments that grow in place, over virtual memory\n"
+    "                                              mapped 32MiB at a time\n"
+    "                          pool:vm,unit=SIZE   mapped SIZE at a time (a power of two, at least 512)\n"
+    "                          pool:limit=SIZE     a pool that holds at most SIZE\n"
+    "                          options combine:    pool:vm,unit=2MiB,limit=8GiB\n"
+    "                          device              no caching: every allocation from the device\n"
+    "  --format FORMAT       text (a table, the default), json or csv\n"
+    "  -h, --help            this text\n" CLI_SIZE_USAGE
+    "json: one object, {\"trace\": PATH, \"records\": N, \"device_memory\": BYTES, \"configurations\": [...]},\n"
+    "with one object per configuration; csv: a header line, then one row per configuration, whose\n"
+    "first columns are trace, records and device_memory. Each configuration's fields (null in json,\n"
+    "empty in csv, where there is none):\n"
+    "  configuration           its name, as given\n"
+    "  peak_live               the most bytes live allocations asked for at once\n"
+    "  peak_reserved           the most bytes it held from the device at once\n"
+    "  reserved_per_live       peak_reserved / peak_live\n"
+    "  ns_per_op               the replay's own time per allocation or free, on this machine\n"
+    "  allocs, frees           the allocations that succeeded, and the frees made\n"
+    "  failed                  allocations that found no memory\n"
+    "  refused                 allocations refused for another reason (a size it does not take)\n"
+    "  unmatched_frees         frees of memory allocated before the recording or failed here\n"
+    "  skipped                 allocations of 0 bytes and frees of them or of NULL\n"
+    "  peak_record             the record at which peak_reserved was first reached\n"
+    "  fits_at_peak            bytes: the largest allocation that would still succeed there\n"
+    "  free_at_peak            bytes the device had free there\n"
+    "  first_failure_record, first_failure_size, first_failure_time_ns  the first that failed\n"
+    "                          (in json one object, first_failure: {record, size, time_ns})\n"
+    "  first_refusal           the first refused: its record, size, status and detail\n"
+    "  error                   why the configuration could not be replayed\n"
+    "exit status: 0 when every configuration replayed with no failed or refused allocation; 1 when\n"
+    "one had such allocations (the results are printed, and stderr says how many), could not be\n"
+    "replayed, or the trace could not be read; 2 for a bad argument.\n";
+
+void replay_usage(FILE* to) { fputs(kUsage, to); }
+
+struct arguments {
+  const char* path;
+  uint64_t capacity;
+  const char* configs[kMaxConfigs];
+  int nconfigs;
+  int format;
+};
+
+static int parse_format(const char* text, int* format) {
+  static const char* const names[] = {"text", "json", "csv"}; /* in the order of enum replay_format */
+  for (int f = 0; f < 3; f++)
+    if (!strcmp(text, names[f])) {
+      *format = f;
+      return 0;
+    }
+  fprintf(stderr, "gpumem replay: --format %s: give text, json or csv\n", text);
+  return 2;
 }
 
-/* Bytes in GiB or MiB, after a space, right-aligned in width characters (0: as they come). */
-static void print_bytes(uint64_t b, int width) {
-  if (b >= (1ULL << 30))
-    printf(" %*.2f GiB", width, (double)b / (double)(1ULL << 30));
-  else
-    printf(" %*.2f MiB", width, (double)b / (double)(1ULL << 20));
+static int add_config(struct arguments* a, const char* name) {
+  struct replay_config c;
+  char why[512];
+  if (replay_config_parse(name, &c, why, sizeof why) != 0) {
+    fprintf(stderr, "gpumem replay: --config %s: %s\n", name, why);
+    return 2;
+  }
+  if (a->nconfigs == kMaxConfigs) {
+    fprintf(stderr, "gpumem replay: --config %s: at most %d configurations\n", name, kMaxConfigs);
+    return 2;
+  }
+  a->configs[a->nconfigs++] = name;
+  return 0;
+}
+
+/* The arguments: 0; the exit status 2 after saying what is wrong; or -1 after printing the usage. */
+static int parse_arguments(int argc, char** argv, struct arguments* a) {
+  int positional = 0; /* after "--" */
+  for (int i = 0; i < argc; i++) {
+    const char* v = NULL;
+    int got;
+    if (positional || argv[i][0] != '-' || !argv[i][1]) {
+      if (a->path) return cli_unexpected("replay", argv[i]);
+      a->path = argv[i];
+    } else if (!strcmp(argv[i], "--")) {
+      positional = 1;
+    } else if (cli_is_help(argv[i])) {
+      replay_usage(stdout);
+      return -1;
+    } else if ((got = cli_option(argc, argv, &i, "replay", "--device-memory", &v)) != 0) {
+      if (got < 0 || cli_size_option("replay", "--device-memory", v, &a->capacity) != 0) return 2;
+    } else if ((got = cli_option(argc, argv, &i, "replay", "--config", &v)) != 0) {
+      if (got < 0 || add_config(a, v) != 0) return 2;
+    } else if ((got = cli_option(argc, argv, &i, "replay", "--format", &v)) != 0) {
+      if (got < 0 || parse_format(v, &a->format) != 0) return 2;
+    } else {
+      return cli_unexpected("replay", argv[i]);
+    }
+  }
+  if (!a->path) {
+    fprintf(stderr,
+            "gpumem replay: no TRACE given\nusage: gpumem replay TRACE [--device-memory SIZE] [--config NAME]... "
+            "[--format text|json|csv]\n(gpumem replay --help tells more)\n");
+    return 2;
+  }
+  if (!a->nconfigs) a->configs[a->nconfigs++] = "pool";
+  return 0;
 }
 
 /* At the peak: the largest allocation the configuration would still give, found by trying (on
@@ -41,104 +138,71 @@ static void largest_fit(void* context, gpumem_allocator_t* config, gpumem_stream
   fits[0] = lo;
 }
 
-/* The arguments: 0, or the exit status 2 after saying what is wrong. */
-static int parse_arguments(int argc, char** argv, const char** path, uint64_t* capacity, const char** configs,
-                           int* nconfigs) {
-  for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "--device-memory") && i + 1 < argc) {
-      if (replay_size_option("replay", argv[i], argv[i + 1], capacity) != 0) return 2;
-      i++;
-    } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
-      if (*nconfigs == 16) {
-        fprintf(stderr, "gpumem replay: at most 16 configurations\n");
-        return 2;
-      }
-      configs[(*nconfigs)++] = argv[++i];
-    } else if (argv[i][0] == '-' || *path) {
-      fprintf(stderr, "gpumem replay: unexpected argument \"%s\"\n", argv[i]);
-      return 2;
-    } else {
-      *path = argv[i];
-    }
-  }
-  if (!*path) {
-    fprintf(stderr, "usage: gpumem replay TRACE [--device-memory SIZE] [--config NAME]...\n");
-    return 2;
-  }
-  if (!*nconfigs) configs[(*nconfigs)++] = "pool";
-  return 0;
+/* One configuration's replay into r, and again to its peak for what would still fit there. */
+static void replay_config(const struct arguments* a, uint64_t records, const char* name, struct replay_result* r) {
+  memset(r, 0, sizeof *r);
+  r->name = name;
+  replay_run(a->path, a->capacity, records, r, NULL);
+  if (r->error[0] || !r->allocs) return;
+  uint64_t fits[2] = {0, a->capacity};
+  struct replay_result again;
+  memset(&again, 0, sizeof again);
+  again.name = name;
+  const struct replay_observer at_peak = {fits, NULL, r->peak_record, largest_fit};
+  replay_run(a->path, a->capacity, records, &again, &at_peak);
+  r->fits_at_peak = fits[0];
 }
 
-/* One configuration's row, and the lines under it. */
-static void print_result(const struct replay_result* r) {
-  printf("%-24s", r->name);
-  print_bytes(r->peak_live, 10);
-  print_bytes(r->peak_reserved, 10);
-  printf(" %9.4f %10.1f %10llu %8llu %8llu\n", r->peak_live ? (double)r->peak_reserved / (double)r->peak_live : 0.0,
-         r->ns_per_op, (unsigned long long)r->allocs, (unsigned long long)r->failed,
-         (unsigned long long)r->unmatched_frees);
-  if (r->allocs) { /* the peak is that of what was allocated: none without an allocation */
-    printf("  at the peak (record %llu): the largest allocation that would still succeed is",
-           (unsigned long long)r->peak_record);
-    print_bytes(r->fits_at_peak, 0);
-    printf("; the device had");
-    print_bytes(r->headroom_at_peak, 0);
-    printf(" free\n");
+/* Says on stderr which configurations had allocations fail: 1 if any did, else 0. */
+static int report_failures(const struct arguments* a, const uint64_t* failed, const uint64_t* refused) {
+  uint64_t total = 0;
+  int configs = 0;
+  for (int c = 0; c < a->nconfigs; c++) {
+    total += failed[c] + refused[c];
+    configs += failed[c] + refused[c] != 0;
   }
-  if (r->failed)
-    printf("  first out of memory: record %llu, %llu bytes, %.3f s into the trace\n",
-           (unsigned long long)r->first_failure_record, (unsigned long long)r->first_failure_size,
-           (double)r->first_failure_time_ns / 1e9);
-  if (r->refused) printf("  refused: %llu allocations, first %s\n", (unsigned long long)r->refused, r->first_refusal);
-  if (r->skipped)
-    printf("  skipped: %llu allocations of 0 bytes and frees of them or of NULL, as RMM's replay does\n",
-           (unsigned long long)r->skipped);
+  if (!total) return 0;
+  fflush(stdout);
+  fprintf(stderr, "gpumem replay: %llu allocation%s failed, in %d of %d configurations:", (unsigned long long)total,
+          total == 1 ? "" : "s", configs, a->nconfigs);
+  const char* sep = " ";
+  for (int c = 0; c < a->nconfigs; c++) {
+    if (!failed[c] && !refused[c]) continue;
+    fprintf(stderr, "%s%s %llu out of memory", sep, a->configs[c], (unsigned long long)failed[c]);
+    if (refused[c]) fprintf(stderr, ", %llu refused", (unsigned long long)refused[c]);
+    sep = "; ";
+  }
+  fputc('\n', stderr);
+  return 1;
 }
 
 int replay_main(int argc, char** argv) {
-  const char* path = NULL;
-  uint64_t capacity = 80ULL << 30;
-  const char* configs[16];
-  int nconfigs = 0;
-  const int bad = parse_arguments(argc, argv, &path, &capacity, configs, &nconfigs);
-  if (bad) return bad;
+  struct arguments a = {NULL, 80ULL << 30, {NULL}, 0, REPLAY_TEXT};
+  const int bad = parse_arguments(argc, argv, &a);
+  if (bad) return bad < 0 ? 0 : bad;
   char error[1024] = "";
-  const uint64_t records = replay_count_records(path, error, sizeof error);
+  const uint64_t records = replay_count_records(a.path, error, sizeof error);
   if (error[0]) {
     fprintf(stderr, "gpumem replay: %s\n", error);
     return 1;
   }
-  printf("trace %s: %llu records; simulated device of", path, (unsigned long long)records);
-  print_bytes(capacity, 0);
-  printf("\n\n%-24s %14s %14s %9s %10s %10s %8s %8s\n", "configuration", "peak live", "peak reserved", "reserved/",
-         "ns/op", "allocs", "failed", "unmatched");
-  printf("%-24s %14s %14s %9s\n", "", "", "", "live");
+  const struct replay_trace trace = {a.path, records, a.capacity};
+  replay_print_trace(a.format, &trace);
+  uint64_t failed[kMaxConfigs] = {0}, refused[kMaxConfigs] = {0};
   int status = 0;
-  for (int c = 0; c < nconfigs; c++) {
+  for (int c = 0; c < a.nconfigs; c++) {
     struct replay_result r;
-    memset(&r, 0, sizeof r);
-    r.name = configs[c];
-    replay_run(path, capacity, records, &r, NULL);
+    replay_config(&a, records, a.configs[c], &r);
     if (r.tool_failed) { /* every configuration after it would fail the same way */
       fflush(stdout);
       fprintf(stderr, "gpumem replay: %s: %s\n", r.name, r.error);
       return 1;
     }
-    if (r.error[0]) {
-      printf("%-24s could not be replayed: %s\n", r.name, r.error);
-      status = 1;
-      continue;
-    }
-    if (r.allocs) { /* again, to the peak, to try what would still fit there */
-      uint64_t fits[2] = {0, capacity};
-      struct replay_result again;
-      memset(&again, 0, sizeof again);
-      again.name = r.name;
-      const struct replay_observer at_peak = {fits, NULL, r.peak_record, largest_fit};
-      replay_run(path, capacity, records, &again, &at_peak);
-      r.fits_at_peak = fits[0];
-    }
-    print_result(&r);
+    if (r.error[0]) status = 1;
+    failed[c] = r.failed;
+    refused[c] = r.refused;
+    replay_print_result(a.format, &trace, &r, c);
   }
-  return status;
+  replay_print_end(a.format);
+  return report_failures(&a, failed, refused) || status;
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "replay.h"
 
 enum { kWidth = 960, kPlotLeft = 90, kPlotRight = 940, kPlotTop = 20, kPlotBottom = 280, kMaxSegments = 300 };
@@ -283,32 +284,107 @@ static void write_page(FILE* f, const char* trace, const struct replay_result* r
   fprintf(f, "</body>\n</html>\n");
 }
 
-int viz_main(int argc, char** argv) {
-  const char* path = NULL;
-  const char* out = "memory.html";
-  const char* config = "pool";
-  uint64_t capacity = 80ULL << 30;
-  for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "-o") && i + 1 < argc) {
-      out = argv[++i];
-    } else if (!strcmp(argv[i], "--config") && i + 1 < argc) {
-      config = argv[++i];
-    } else if (!strcmp(argv[i], "--device-memory") && i + 1 < argc) {
-      if (replay_size_option("viz", argv[i], argv[i + 1], &capacity) != 0) return 2;
-      i++;
-    } else if (argv[i][0] == '-' || path) {
-      fprintf(stderr, "gpumem viz: unexpected argument \"%s\"\n", argv[i]);
-      return 2;
-    } else {
-      path = argv[i];
-    }
-  }
-  if (!path) {
-    fprintf(stderr, "usage: gpumem viz TRACE [-o PAGE.html] [--config NAME] [--device-memory SIZE]\n");
+static const char kUsage[] =
+    "usage: gpumem viz TRACE [-o PAGE.html] [--config NAME] [--device-memory SIZE]\n"
+    "Writes a self-contained page (it loads nothing) picturing the trace replayed through one\n"
+    "configuration: memory over time, and the pool's segments at the peak.\n"
+    "options (a long option's value may also follow \"=\": --config=pool:vm):\n"
+    "  -o, --output PAGE     the page to write; memory.html unless given\n"
+    "  --config NAME         the configuration, once: pool unless given, or any other that\n"
+    "                        gpumem replay takes (gpumem replay --help lists them)\n"
+    "  --device-memory SIZE  the simulated device's capacity; 80GiB unless given\n"
+    "  -h, --help            this text\n" CLI_SIZE_USAGE
+    "exit status: 0 when the page is written; 1 when the trace could not be read or replayed or\n"
+    "the page not written; 2 for a bad argument.\n";
+
+void viz_usage(FILE* to) { fputs(kUsage, to); }
+
+struct arguments {
+  const char* path;
+  const char* out;
+  const char* config; /* NULL: not given, so pool */
+  uint64_t capacity;
+};
+
+/* The configuration, given once: a page pictures one. */
+static int set_config(struct arguments* a, const char* name) {
+  if (a->config) {
+    fprintf(stderr,
+            "gpumem viz: --config %s: a second configuration (after %s); a page pictures one: run gpumem viz once for "
+            "each, with -o\n",
+            name, a->config);
     return 2;
   }
+  struct replay_config c;
+  char why[512];
+  if (replay_config_parse(name, &c, why, sizeof why) != 0) {
+    fprintf(stderr, "gpumem viz: --config %s: %s\n", name, why);
+    return 2;
+  }
+  a->config = name;
+  return 0;
+}
+
+/* The arguments: 0; the exit status 2 after saying what is wrong; or -1 after printing the usage. */
+static int parse_arguments(int argc, char** argv, struct arguments* a) {
+  int positional = 0; /* after "--" */
+  for (int i = 0; i < argc; i++) {
+    const char* v = NULL;
+    int got;
+    if (positional || argv[i][0] != '-' || !argv[i][1]) {
+      if (a->path) return cli_unexpected("viz", argv[i]);
+      a->path = argv[i];
+    } else if (!strcmp(argv[i], "--")) {
+      positional = 1;
+    } else if (cli_is_help(argv[i])) {
+      viz_usage(stdout);
+      return -1;
+    } else if ((got = cli_option(argc, argv, &i, "viz", "-o", &v)) != 0 ||
+               (got = cli_option(argc, argv, &i, "viz", "--output", &v)) != 0) {
+      if (got < 0) return 2;
+      a->out = v;
+    } else if ((got = cli_option(argc, argv, &i, "viz", "--config", &v)) != 0) {
+      if (got < 0 || set_config(a, v) != 0) return 2;
+    } else if ((got = cli_option(argc, argv, &i, "viz", "--device-memory", &v)) != 0) {
+      if (got < 0 || cli_size_option("viz", "--device-memory", v, &a->capacity) != 0) return 2;
+    } else {
+      return cli_unexpected("viz", argv[i]);
+    }
+  }
+  if (!a->path) {
+    fprintf(stderr,
+            "gpumem viz: no TRACE given\nusage: gpumem viz TRACE [-o PAGE.html] [--config NAME] "
+            "[--device-memory SIZE]\n(gpumem viz --help tells more)\n");
+    return 2;
+  }
+  if (!a->config) a->config = "pool";
+  return 0;
+}
+
+/* The page, once the replays are done: the exit status. */
+static int write_file(const char* out, const char* path, uint64_t records, const struct replay_result* r,
+                      const struct series* s, const struct blocks* b) {
+  FILE* f = fopen(out, "w");
+  if (!f) {
+    fprintf(stderr, "gpumem viz: cannot create %s: %s\n", out, strerror(errno));
+    return 1;
+  }
+  write_page(f, path, r, s, b);
+  if (fclose(f) != 0) {
+    fprintf(stderr, "gpumem viz: writing %s failed: %s\n", out, strerror(errno));
+    return 1;
+  }
+  printf("wrote %s: %llu records, peak live %llu bytes, peak reserved %llu bytes\n", out, (unsigned long long)records,
+         (unsigned long long)r->peak_live, (unsigned long long)r->peak_reserved);
+  return 0;
+}
+
+int viz_main(int argc, char** argv) {
+  struct arguments a = {NULL, "memory.html", NULL, 80ULL << 30};
+  const int bad = parse_arguments(argc, argv, &a);
+  if (bad) return bad < 0 ? 0 : bad;
   char error[1024] = "";
-  const uint64_t records = replay_count_records(path, error, sizeof error);
+  const uint64_t records = replay_count_records(a.path, error, sizeof error);
   if (error[0]) {
     fprintf(stderr, "gpumem viz: %s\n", error);
     return 1;
@@ -317,35 +393,22 @@ int viz_main(int argc, char** argv) {
   struct series s = {0};
   struct replay_result r;
   memset(&r, 0, sizeof r);
-  r.name = config;
+  r.name = a.config;
   struct replay_observer timeline = {&s, on_step, 0, NULL};
-  replay_run(path, capacity, records, &r, &timeline);
+  replay_run(a.path, a.capacity, records, &r, &timeline);
   struct blocks b = {0};
   b.status = GPUMEM_ERROR_INVALID_HANDLE;
   struct replay_result again;
   memset(&again, 0, sizeof again);
-  again.name = config;
+  again.name = a.config;
   struct replay_observer peak = {&b, NULL, r.peak_record, at_peak};
-  if (!r.error[0] && r.allocs) replay_run(path, capacity, records, &again, &peak);
+  if (!r.error[0] && r.allocs) replay_run(a.path, a.capacity, records, &again, &peak);
   int status = 0;
   if (r.error[0] || s.failed || b.failed) {
     fprintf(stderr, "gpumem viz: %s\n", r.error[0] ? r.error : "out of host memory for the picture");
     status = 1;
   } else {
-    FILE* f = fopen(out, "w");
-    if (!f) {
-      fprintf(stderr, "gpumem viz: cannot create %s: %s\n", out, strerror(errno));
-      status = 1;
-    } else {
-      write_page(f, path, &r, &s, &b);
-      if (fclose(f) != 0) {
-        fprintf(stderr, "gpumem viz: writing %s failed: %s\n", out, strerror(errno));
-        status = 1;
-      } else {
-        printf("wrote %s: %llu records, peak live %llu bytes, peak reserved %llu bytes\n", out,
-               (unsigned long long)records, (unsigned long long)r.peak_live, (unsigned long long)r.peak_reserved);
-      }
-    }
+    status = write_file(a.out, a.path, records, &r, &s, &b);
   }
   free(s.points);
   free(b.items);

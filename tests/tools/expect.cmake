@@ -1,7 +1,8 @@
 # Runs a command and checks what its user sees: the exit status and what it printed (stdout and
 # stderr together). PASS_REGULAR_EXPRESSION alone would pass a command that printed the right line
 # and then crashed or exited 0 on a refusal.
-# usage: cmake -DSTATUS=N -DOUTPUT=REGEX [-DTIMEOUT=SECONDS] -P expect.cmake -- COMMAND [ARG...]
+# With -DSTDOUT_ONLY=ON, REGEX is matched against stdout alone, and stderr must be empty.
+# usage: cmake -DSTATUS=N -DOUTPUT=REGEX [-DTIMEOUT=SECONDS] [-DSTDOUT_ONLY=ON] -P expect.cmake -- COMMAND [ARG...]
 set(command "")
 set(after_dashes FALSE)
 math(EXPR last "${CMAKE_ARGC} - 1")
@@ -15,8 +16,16 @@ endforeach()
 if(NOT DEFINED TIMEOUT)
   set(TIMEOUT 60)
 endif()
-execute_process(COMMAND ${command} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE out
-                TIMEOUT ${TIMEOUT})
+if(STDOUT_ONLY)
+  execute_process(COMMAND ${command} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err
+                  TIMEOUT ${TIMEOUT})
+  if(NOT err STREQUAL "")
+    message(FATAL_ERROR "it printed on stderr:\n${err}")
+  endif()
+else()
+  execute_process(COMMAND ${command} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE out
+                  TIMEOUT ${TIMEOUT})
+endif()
 if(NOT "${status}" STREQUAL "${STATUS}")
   message(FATAL_ERROR "exit status ${status}, expected ${STATUS}; it printed:\n${out}")
 endif()

@@ -1,4 +1,4 @@
-/* gpumem replay's own rules (tools/replay.c): sizes on the command line, what a replay counts for
+/* gpumem replay's own rules (tools/replay.c): what a replay counts for
  * rows of 0 bytes and for sizes a configuration does not take, and that running out of memory for
  * its own bookkeeping is reported as the tool's failure. Linked with -Wl,--wrap=calloc, so that a
  * test can make the replay's tables fail to grow. */
@@ -45,38 +45,6 @@ static struct replay_result replay(const char* config) {
   r.name = config;
   replay_run(path, 80ULL << 30, 0, &r, NULL);
   return r;
-}
-
-static void test_replay_parses_sizes(void** state) {
-  (void)state;
-  uint64_t v = 0;
-  assert_int_equal(replay_parse_size("1073741824", &v), 0);
-  assert_int_equal(v, 1ULL << 30);
-  assert_int_equal(replay_parse_size("1.5GiB", &v), 0);
-  assert_int_equal(v, 3ULL << 29);
-  assert_int_equal(replay_parse_size("8388608TiB", &v), 0);
-  assert_int_equal(v, 1ULL << 63);
-  assert_int_equal(replay_parse_size("18446744073709551615", &v), 0);
-  assert_int_equal(v, UINT64_MAX);
-  assert_int_equal(replay_parse_size("16777215TiB", &v), 0);
-  assert_int_equal(v, UINT64_MAX - (1ULL << 40) + 1);
-  static const char* const not_sizes[] = {"nan", "inf", "-1",    "-0",  "+1", " 1",  "1e3",    "0x10",
-                                          ".5",  "1.",  "1 GiB", "GiB", "",   "1GB", "NaNGiB", "infTiB"};
-  for (size_t i = 0; i < sizeof not_sizes / sizeof not_sizes[0]; i++) {
-    v = 7;
-    if (replay_parse_size(not_sizes[i], &v) != -1) fail_msg("\"%s\" was taken as a size", not_sizes[i]);
-    assert_int_equal(v, 7); /* untouched */
-  }
-  static const char* const too_large[] = {"18446744073709551616", "16777216TiB", "99999999999999999999999GiB",
-                                          "16777216.5TiB"};
-  for (size_t i = 0; i < sizeof too_large / sizeof too_large[0]; i++)
-    if (replay_parse_size(too_large[i], &v) != -2) fail_msg("\"%s\" was not refused as too large", too_large[i]);
-  /* The command's option: exit status 2 for every refusal, 0 bytes included. */
-  assert_int_equal(replay_size_option("replay", "--device-memory", "nan", &v), 2);
-  assert_int_equal(replay_size_option("replay", "--device-memory", "16777216TiB", &v), 2);
-  assert_int_equal(replay_size_option("replay", "--device-memory", "0", &v), 2);
-  assert_int_equal(replay_size_option("replay", "--device-memory", "2GiB", &v), 0);
-  assert_int_equal(v, 2ULL << 30);
 }
 
 /* RMM's replay gives its resource 0-byte allocations, which return NULL, and then frees that NULL:
@@ -139,12 +107,65 @@ static void test_replay_reports_its_own_bookkeeping_failing(void** state) {
   assert_int_equal(replay_main(5, argv), 0);
 }
 
+/* A configuration is read before anything is replayed, and refused in the terms its user wrote. */
+static void test_replay_reads_configurations(void** state) {
+  (void)state;
+  struct replay_config c;
+  char why[512];
+  assert_int_equal(replay_config_parse("pool:limit=10GB", &c, why, sizeof why), 0);
+  assert_true(c.pool);
+  assert_int_equal(c.limit, 10000000000ULL);
+  assert_int_equal(c.unit, 0);
+  assert_int_equal(replay_config_parse("pool:vm", &c, why, sizeof why), 0);
+  assert_int_equal(c.unit, 32ULL << 20);
+  assert_int_equal(replay_config_parse("pool:unit=2mib,vm", &c, why, sizeof why), 0);
+  assert_int_equal(c.unit, 2ULL << 20);
+  assert_int_equal(replay_config_parse("device", &c, why, sizeof why), 0);
+  assert_false(c.pool);
+  static const struct {
+    const char* name;
+    const char* why;
+  } refused[] = {
+      {"frobnicate", "unknown configuration; give device, pool, or pool: with options vm, unit=SIZE and limit=SIZE"},
+      {"pools", "unknown configuration"},
+      {"pool:vm,colour=red", "unknown option \"colour=red\" of pool; give device, pool"},
+      {"pool:vm,unit=3MiB", "unit=3MiB is 3145728 bytes, not a power of two of at least 512 bytes"},
+      {"pool:vm,unit=256", "unit=256 is 256 bytes, not a power of two"},
+      {"pool:vm,unit=0", "unit=0 is 0 bytes"},
+      {"pool:limit=8XB", "limit=8XB: give bytes (1073741824), or a number with a unit"},
+      {"pool:limit=16777216TiB", "limit=16777216TiB: more than 2^64 - 1 bytes"},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    why[0] = 0;
+    assert_int_equal(replay_config_parse(refused[i].name, &c, why, sizeof why), -1);
+    if (!strstr(why, refused[i].why)) fail_msg("%s: \"%s\", not \"%s\"", refused[i].name, why, refused[i].why);
+    if (strstr(why, "->") || strstr(why, "map_unit"))
+      fail_msg("%s: \"%s\" names the library's fields", refused[i].name, why);
+  }
+  /* Refused before the trace is read: a missing trace would exit 1. */
+  char* argv[] = {"/nonexistent-dir/none.trace", "--config", "pool", "--config", "pool:vm,unit=3MiB"};
+  assert_int_equal(replay_main(5, argv), 2);
+}
+
+/* Results printed, a replay in which allocations failed exits 1. */
+static void test_replay_exits_1_when_allocations_failed(void** state) {
+  (void)state;
+  write_log(
+      "1,1.000,allocate,0x7f0000000000,1048576,0x0\n"
+      "1,1.001,allocate,0x7f0000100000,1048576,0x0\n");
+  char* limited[] = {path, "--config", "device", "--config=pool:limit=1MiB"};
+  assert_int_equal(replay_main(4, limited), 1);
+  char* roomy[] = {path, "--config", "device", "--device-memory=2MiB", "--format=csv"};
+  assert_int_equal(replay_main(5, roomy), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_replay_parses_sizes),
       cmocka_unit_test_setup_teardown(test_replay_skips_rows_of_0_bytes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_replay_tells_refusals_from_out_of_memory, setup, teardown),
       cmocka_unit_test_setup_teardown(test_replay_reports_its_own_bookkeeping_failing, setup, teardown),
+      cmocka_unit_test(test_replay_reads_configurations),
+      cmocka_unit_test_setup_teardown(test_replay_exits_1_when_allocations_failed, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
