@@ -4,6 +4,8 @@
  * passes over the trace: the first finds the peak, the second stops there to list what was live. */
 #include "summary.h"
 
+#include "cli.h"
+
 #include <gpumem/gpumem.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,20 +231,16 @@ int summary_main(int argc, char** argv) {
   size_t top = 10;
   for (int i = 0; i < argc; ++i) {
     const char* value = NULL;
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+    const int top_given = cli_option(argc, argv, &i, "summary", "--top", &value);
+    if (top_given < 0) return 2;
+    if (cli_is_help(argv[i])) {
       usage(stdout);
       return 0;
-    } else if (strncmp(argv[i], "--top=", 6) == 0) {
-      value = argv[i] + 6;
-    } else if (strcmp(argv[i], "--top") == 0 && i + 1 < argc) {
-      value = argv[++i];
-    } else if (argv[i][0] != '-' && !path) {
+    }
+    if (!top_given) {
+      if (argv[i][0] == '-' || path) return cli_unexpected("summary", argv[i]);
       path = argv[i];
       continue;
-    } else {
-      fprintf(stderr, "gpumem summary: unexpected argument '%s'\n", argv[i]);
-      usage(stderr);
-      return 2;
     }
     char* end = NULL;
     const unsigned long long n = strtoull(value, &end, 10);
