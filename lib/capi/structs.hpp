@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstddef>
 
+#include "gpumem/experimental.h"
 #include "gpumem/gpumem.h"
 
 namespace gpumem::capi {
@@ -58,6 +59,8 @@ GPUMEM_ABI_STRUCT(gpumem_cuda_pool_info_t, "0.2", 48, 48, zeroed<gpumem_cuda_poo
 GPUMEM_ABI_STRUCT(gpumem_block_info_t, "0.3", 64, 64, zeroed<gpumem_block_info_t>());
 GPUMEM_ABI_STRUCT(gpumem_trace_header_t, "0.3", 56, 56, zeroed<gpumem_trace_header_t>());
 GPUMEM_ABI_STRUCT(gpumem_trace_record_t, "0.3", 64, 64, zeroed<gpumem_trace_record_t>());
+// The experimental tier's (gpumem/experimental.h): outside the promise, but read the same way.
+GPUMEM_ABI_STRUCT(gpumem_out_of_memory_info_t, "0.4", 96, 96, zeroed<gpumem_out_of_memory_info_t>());
 GPUMEM_ABI_STRUCT(gpumem_cupy_target_t, "0.4", 24, 24, zeroed<gpumem_cupy_target_t>());
 GPUMEM_ABI_STRUCT(gpumem_pool_growth_info_t, "0.4", 64, 64, zeroed<gpumem_pool_growth_info_t>());
 GPUMEM_ABI_STRUCT(gpumem_vm_params_t, "0.4", 32, 32, gpumem_vm_params_t GPUMEM_VM_PARAMS_INIT);

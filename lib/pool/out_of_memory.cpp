@@ -167,57 +167,91 @@ void* Pool::allocate_slow(Arena& arena, size_t size, size_t rounded, gpumem_stre
   fail_out_of_memory(size, rounded, why + "; then the pool " + tried, arena);
 }
 
+namespace {
+
+thread_local OutOfMemory thread_out_of_memory;
+
+// Which of the ways out would have served a failed allocation (the gpumem_out_of_memory_cause
+// values), and the bytes it names, from what the pool held.
+void choose_way_out(OutOfMemory& f, uint64_t largest_other, uint64_t largest_pending) {
+  const uint64_t free = f.free_pieces + f.free_whole;
+  if (largest_other >= f.rounded)
+    f.cause = 1, f.would_serve = largest_other;
+  else if (largest_pending >= f.rounded)
+    f.cause = 2, f.would_serve = largest_pending;
+  else if (free >= f.rounded)
+    f.cause = 3, f.would_serve = free;
+  else if (f.limit && f.pool_bytes - f.free_whole + f.rounded > f.limit)
+    f.cause = 4, f.would_serve = f.pool_bytes - f.free_whole + f.rounded;
+  else
+    f.cause = 5, f.would_serve = f.rounded - free;
+}
+
+}  // namespace
+
+const OutOfMemory& last_out_of_memory() noexcept { return thread_out_of_memory; }
+
 void Pool::fail_out_of_memory(size_t size, size_t rounded, const std::string& why, const Arena& own) {
   // Where the bytes the pool holds are, for the caller to see why they could not serve.
-  uint64_t limit, reserved, in_use = 0, pending = 0, largest_pending = 0, whole = 0, pieces = 0;
-  uint64_t largest_own = 0, largest_other = 0;
+  OutOfMemory& f = thread_out_of_memory;
+  f = OutOfMemory{device(), 0, size, rounded, 0, 0, 0, 0, 0, 0, 0, 0};
+  uint64_t largest_pending = 0, largest_own = 0, largest_other = 0;
   bool lending = false;
   {
     std::lock_guard<SpinLock> lock(mutex_);
-    limit = limit_;
-    reserved = stats_.reserved;
+    f.limit = limit_;
+    f.pool_bytes = stats_.reserved;
     for (const Pending& p : pending_frees_) {
-      pending += p.chunk->size;
+      f.pending += p.chunk->size;
       largest_pending = std::max<uint64_t>(largest_pending, p.chunk->size);
     }
     lending = order_ && reuse_.load(std::memory_order_relaxed) != StreamReuse::kNever;
     for (auto& a : arenas_) {
       std::lock_guard<SpinLock> arena_lock(a->lock);
-      in_use += a->in_use;
+      f.in_use += a->in_use;
       for (int cls = 0; cls < kClasses; ++cls)
         for (const Chunk* c = a->heads[cls]; c; c = c->free_next) {
-          (c->prev || c->next ? pieces : whole) += c->size;
+          (c->prev || c->next ? f.free_pieces : f.free_whole) += c->size;
           uint64_t& largest = a.get() == &own ? largest_own : largest_other;
           largest = std::max<uint64_t>(largest, c->size);
         }
     }
   }
+  f.largest_free = std::max(largest_own, largest_other);
+  choose_way_out(f, largest_other, largest_pending);
   std::string remedy;
-  if (largest_other >= rounded)
-    remedy = format("%s: another stream's arena has %s bytes free in one piece",
-                    !order_   ? "the allocation on that stream (arenas over memory no stream uses do not lend)"
-                    : lending ? "a stream that may borrow (not the per-thread default stream) from one that "
-                                "may lend (not destroyed)"
-                              : "lending between streams (gpumem_pool_set_stream_reuse)",
-                    grouped(largest_other).c_str());
-  else if (largest_pending >= rounded)
-    remedy = "the end of the work on the streams that hold its pending frees";
-  else if (pieces + whole >= rounded)
-    remedy = format("free memory in one piece: %s bytes are free, the largest piece %s",
-                    grouped(pieces + whole).c_str(), grouped(std::max(largest_own, largest_other)).c_str());
-  else if (limit && reserved - whole + rounded > limit)
-    remedy = "a limit of at least " + grouped(reserved - whole + rounded) + " bytes";
-  else
-    remedy = "freeing " + grouped(rounded - pieces - whole) + " more bytes of what is in use";
+  switch (f.cause) {
+    case 1:
+      remedy = format("%s: another stream's arena has %s bytes free in one piece",
+                      !order_   ? "the allocation on that stream (arenas over memory no stream uses do not lend)"
+                      : lending ? "a stream that may borrow (not the per-thread default stream) from one that "
+                                  "may lend (not destroyed)"
+                                : "lending between streams (gpumem_pool_set_stream_reuse)",
+                      grouped(largest_other).c_str());
+      break;
+    case 2:
+      remedy = "the end of the work on the streams that hold its pending frees";
+      break;
+    case 3:
+      remedy = format("free memory in one piece: %s bytes are free, the largest piece %s",
+                      grouped(f.would_serve).c_str(), grouped(f.largest_free).c_str());
+      break;
+    case 4:
+      remedy = "a limit of at least " + grouped(f.would_serve) + " bytes";
+      break;
+    default:
+      remedy = "freeing " + grouped(f.would_serve) + " more bytes of what is in use";
+  }
   const std::string where = device() >= 0 ? format("on device %d", device()) : std::string("of host memory");
-  const std::string limit_text = limit ? "limit " + grouped(limit) : std::string("no limit");
+  const std::string limit_text = f.limit ? "limit " + grouped(f.limit) : std::string("no limit");
   throw Error(GPUMEM_ERROR_OUT_OF_MEMORY,
               format("out of memory allocating %s (rounded to %s) from the pool %s: %s bytes in use, pool holds %s "
                      "bytes, %s; refused by %s. Of what the pool holds: %s in use, %s free in pieces of split "
                      "blocks, %s in whole free blocks, %s pending on other streams' work; it would have taken %s",
-                     bytes(size).c_str(), grouped(rounded).c_str(), where.c_str(), grouped(in_use).c_str(),
-                     grouped(reserved).c_str(), limit_text.c_str(), why.c_str(), grouped(in_use).c_str(),
-                     grouped(pieces).c_str(), grouped(whole).c_str(), grouped(pending).c_str(), remedy.c_str()));
+                     bytes(size).c_str(), grouped(rounded).c_str(), where.c_str(), grouped(f.in_use).c_str(),
+                     grouped(f.pool_bytes).c_str(), limit_text.c_str(), why.c_str(), grouped(f.in_use).c_str(),
+                     grouped(f.free_pieces).c_str(), grouped(f.free_whole).c_str(), grouped(f.pending).c_str(),
+                     remedy.c_str()));
 }
 
 void Pool::collect_whole_blocks(Arena& arena, std::vector<Block>& out) {

@@ -784,6 +784,14 @@ static void bad_copy_staging_get_held(void) {
 
 static void bad_copy_staging_release(void) { ACCEPTED(gpumem_copy_staging_release()); /* nothing to get wrong */ }
 
+static gpumem_status_t call_last_out_of_memory_out(void* ctx, void* out) {
+  (void)ctx;
+  return gpumem_last_out_of_memory(out);
+}
+static void bad_last_out_of_memory(void) {
+  check_out_struct(call_last_out_of_memory_out, NULL, sizeof(gpumem_out_of_memory_info_t), "out_info");
+}
+
 /* While the caller holds a handle, nothing stops: refused, and the handle still works. */
 static void bad_shutdown(void) {
   gpumem_allocator_t* host = NULL;
@@ -1888,6 +1896,7 @@ static const entry_t kTable[] = {
     ENTRY(host_unregister),
     ENTRY(last_cuda_result),
     ENTRY(last_error_detail),
+    ENTRY(last_out_of_memory),
     ENTRY(managed_advise),
     ENTRY(managed_alloc),
     ENTRY(managed_free),
