@@ -9,6 +9,8 @@ from .errors import Error, LibraryError, error_for
 
 REQUIRED_VERSION = (0, 4, 0)
 DEFAULT_NAME = "libgpumem.so.0"
+# Where a wheel built from this repository carries its library (_backend/gpumem_backend.py).
+BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), DEFAULT_NAME)
 
 _p = c_void_p  # handles, streams, CUDA pools and memory: ints in Python
 _out_p = POINTER(c_void_p)
@@ -152,12 +154,15 @@ def version_text(number):
 
 
 def open_library(path=None):
-    """Loads libgpumem (GPUMEM_LIBRARY, else the dynamic loader's search), checks its version and
-    declares the table on it. Raises LibraryError."""
+    """Loads libgpumem (GPUMEM_LIBRARY, else the copy bundled in the package, else the dynamic
+    loader's search), checks its version and declares the table on it. Raises LibraryError."""
     if path is None:
         path = os.environ.get("GPUMEM_LIBRARY") or None
         if path:
             tried = f"{path} (from GPUMEM_LIBRARY)"
+        elif os.path.isfile(BUNDLED):
+            path = BUNDLED
+            tried = f"{path} (bundled with the gpumem package)"
         else:
             tried = f"{DEFAULT_NAME} (through the dynamic loader's search path)"
     else:
