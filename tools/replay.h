@@ -52,9 +52,11 @@ int replay_config_parse(const char* name, struct replay_config* c, char* error, 
 /* How gpumem replay prints its results (replay_output.c): the trace's figures first, then each
  * configuration's (index counting from 0), then the end. */
 enum replay_format { REPLAY_TEXT, REPLAY_JSON, REPLAY_CSV };
+struct summary_recorded;
 struct replay_trace {
   const char* path;
   uint64_t records, capacity;
+  const struct summary_recorded* recorded; /* the traced allocator's own figures, or NULL */
 };
 void replay_print_trace(int format, const struct replay_trace* t);
 void replay_print_result(int format, const struct replay_trace* t, const struct replay_result* r, int index);

@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "replay.h"
+#include "summary.h"
 
 enum { kMaxConfigs = 16 };
 
@@ -24,8 +25,11 @@ static const char kUsage[] =
     "                          device              no caching: every allocation from the device\n"
     "  --format FORMAT       text (a table, the default), json or csv\n"
     "  -h, --help            this text\n" CLI_SIZE_USAGE
-    "json: one object, {\"trace\": PATH, \"records\": N, \"device_memory\": BYTES, \"configurations\": [...]},\n"
-    "with one object per configuration; csv: a header line, then one row per configuration, whose\n"
+    "json: one object, {\"trace\": PATH, \"records\": N, \"device_memory\": BYTES, \"recorded\": {...},\n"
+    "\"configurations\": [...]}, with one object per configuration; recorded is null, or for a\n"
+    "pool's trace (its upstream records) the traced allocator's own figures: allocator (its name),\n"
+    "peak_live, peak_reserved, allocs, failed (the text table's \"as recorded\" row; csv has none).\n"
+    "csv: a header line, then one row per configuration, whose\n"
     "first columns are trace, records and device_memory. Each configuration's fields (null in json,\n"
     "empty in csv, where there is none):\n"
     "  configuration           its name, as given\n"
@@ -186,7 +190,9 @@ int replay_main(int argc, char** argv) {
     fprintf(stderr, "gpumem replay: %s\n", error);
     return 1;
   }
-  const struct replay_trace trace = {a.path, records, a.capacity};
+  struct summary_recorded recorded;
+  const int has_recorded = summary_recorded(a.path, &recorded);
+  const struct replay_trace trace = {a.path, records, a.capacity, has_recorded ? &recorded : NULL};
   replay_print_trace(a.format, &trace);
   uint64_t failed[kMaxConfigs] = {0}, refused[kMaxConfigs] = {0};
   int status = 0;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "replay.h"
+#include "summary.h"
 
 /* Bytes in GiB or MiB, after a space, right-aligned in width characters (0: as they come). */
 static void print_bytes(uint64_t b, int width) {
@@ -25,6 +26,15 @@ static void text_trace(const struct replay_trace* t) {
   printf("\n\n%-24s %14s %14s %9s %10s %10s %8s %8s\n", "configuration", "peak live", "peak reserved", "reserved/",
          "ns/op", "allocs", "failed", "unmatched");
   printf("%-24s %14s %14s %9s\n", "", "", "", "live");
+  const struct summary_recorded* rec = t->recorded;
+  if (!rec) return;
+  /* The traced allocator's own figures, from its upstream records: the run as it happened. */
+  printf("%-24s", "as recorded");
+  print_bytes(rec->peak_live, 10);
+  print_bytes(rec->peak_reserved, 10);
+  printf(" %9.4f %10s %10llu %8llu %8s\n", rec->peak_live ? (double)rec->peak_reserved / (double)rec->peak_live : 0.0,
+         "-", (unsigned long long)rec->allocs, (unsigned long long)rec->failed, "-");
+  printf("  by %s, in the recorded run\n", rec->kind);
 }
 
 static void text_result(const struct replay_result* r) {
@@ -90,8 +100,19 @@ static void json_text(const char* name, const char* s, int has) {
 static void json_trace(const struct replay_trace* t) {
   printf("{\n  \"trace\": ");
   json_string(t->path);
-  printf(",\n  \"records\": %llu,\n  \"device_memory\": %llu,\n  \"configurations\": [", (unsigned long long)t->records,
+  printf(",\n  \"records\": %llu,\n  \"device_memory\": %llu,", (unsigned long long)t->records,
          (unsigned long long)t->capacity);
+  const struct summary_recorded* rec = t->recorded;
+  if (rec) {
+    printf("\n  \"recorded\": {\"allocator\": ");
+    json_string(rec->kind);
+    printf(", \"peak_live\": %llu, \"peak_reserved\": %llu, \"allocs\": %llu, \"failed\": %llu},",
+           (unsigned long long)rec->peak_live, (unsigned long long)rec->peak_reserved, (unsigned long long)rec->allocs,
+           (unsigned long long)rec->failed);
+  } else {
+    printf("\n  \"recorded\": null,");
+  }
+  printf("\n  \"configurations\": [");
 }
 
 static void json_result(const struct replay_result* r, int index) {

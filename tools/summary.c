@@ -69,6 +69,7 @@ struct figures {
   uint64_t reserved, reserved_peak, reserved_total, released_total, segments, segments_peak, segments_total;
   uint64_t failed, first_failed_size, unknown_frees, records, peak_record;
   int has_upstream;
+  char kind[32]; /* the traced allocator's, from the header */
 };
 
 static void count_alloc(struct figures* f, const struct live_entry* e) {
@@ -106,6 +107,9 @@ static int read_trace(const char* path, uint64_t stop, struct figures* f, struct
     snprintf(error, error_size, "%s", gpumem_last_error_detail());
     return 1;
   }
+  gpumem_trace_header_t header = {sizeof header, 0, 0, 0, {0}};
+  if (gpumem_trace_reader_get_header(reader, &header) == GPUMEM_SUCCESS)
+    snprintf(f->kind, sizeof f->kind, "%s", header.kind);
   gpumem_trace_record_t r = {sizeof r, 0, 0, 0, 0, 0, 0, 0, 0};
   bool more = false;
   gpumem_status_t st;
@@ -278,4 +282,19 @@ int summary_main(int argc, char** argv) {
   free(peak_live.slots);
   if (rc != 0) fprintf(stderr, "gpumem summary: %s\n", error[0] ? error : "out of memory");
   return rc;
+}
+
+int summary_recorded(const char* path, struct summary_recorded* out) {
+  struct figures f = {0};
+  struct live_map live = {0};
+  char error[1024] = "";
+  const int failed = read_trace(path, 0, &f, &live, error, sizeof error);
+  free(live.slots);
+  if (failed || !f.has_upstream) return 0;
+  snprintf(out->kind, sizeof out->kind, "%s", f.kind[0] ? f.kind : "the traced allocator");
+  out->peak_live = f.requested_peak[0];
+  out->peak_reserved = f.reserved_peak;
+  out->allocs = f.allocs_total[0];
+  out->failed = f.failed;
+  return 1;
 }
