@@ -51,7 +51,7 @@ void release_pins(void* p, size_t n) {
   int32_t state = GPUMEM_PIN_NONE;
   while (gpumem_pin_query(p, n, &state) == GPUMEM_SUCCESS && state != GPUMEM_PIN_NONE)
     if (gpumem_unpin(p, n) != GPUMEM_SUCCESS) break;  // partly pinned: not this program's doing
-  (void)gpumem_pin_forget(p, n);  // nothing to forget is not a failure here
+  (void)gpumem_pin_forget(p, n);                      // nothing to forget is not a failure here
 }
 
 // ---------------------------------------------------------------------------------------------

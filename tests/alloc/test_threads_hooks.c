@@ -4,9 +4,9 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <pthread.h>
-#include <unistd.h>
 #include <stdatomic.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "test_util.h"
 

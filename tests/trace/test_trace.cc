@@ -71,14 +71,15 @@ void records_what_the_pool_did() {
   void* a = nullptr;
   void* b = nullptr;
   void* c = nullptr;
-  OK(gpumem_alloc(h.pool, 1000, stream(0x1000), &a));     // grows: upstream 1024, then the allocation
-  OK(gpumem_free(h.pool, a, stream(0x1000)));             // a free
-  OK(gpumem_alloc(h.pool, 600, stream(0x1000), &b));      // from the cache: no upstream record
-  CHECK(gpumem_alloc(h.pool, 2 << 20, stream(0x2000), &c) == GPUMEM_ERROR_OUT_OF_MEMORY);  // beyond the limit: a failed allocation
+  OK(gpumem_alloc(h.pool, 1000, stream(0x1000), &a));  // grows: upstream 1024, then the allocation
+  OK(gpumem_free(h.pool, a, stream(0x1000)));          // a free
+  OK(gpumem_alloc(h.pool, 600, stream(0x1000), &b));   // from the cache: no upstream record
+  CHECK(gpumem_alloc(h.pool, 2 << 20, stream(0x2000), &c) ==
+        GPUMEM_ERROR_OUT_OF_MEMORY);  // beyond the limit: a failed allocation
   CHECK(c == nullptr);
   OK(gpumem_free(h.pool, b, stream(0x1000)));
-  OK(gpumem_pool_release(h.pool, nullptr, GPUMEM_POOL_RELEASE_ALL_STREAMS));    // the block goes back
-  CHECK(gpumem_free(h.pool, b, stream(0x1000)) == GPUMEM_ERROR_NOT_OWNED);  // refused: not recorded
+  OK(gpumem_pool_release(h.pool, nullptr, GPUMEM_POOL_RELEASE_ALL_STREAMS));  // the block goes back
+  CHECK(gpumem_free(h.pool, b, stream(0x1000)) == GPUMEM_ERROR_NOT_OWNED);    // refused: not recorded
   CHECK(gpumem_trace_stop(trace) == GPUMEM_SUCCESS);
 
   gpumem::trace::Header header;
