@@ -14,79 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "address_map.h"
 #include "rmm_csv.h"
 #include "simulated_device.h"
-
-/* ---- Addresses of the trace to those of the replay: open addressing, grown at half full. ---- */
-
-struct address_map {
-  uint64_t* keys; /* 0: empty; a deleted slot keeps its key with a value of 0 */
-  uint64_t* values;
-  size_t mask, used;
-};
-
-static size_t slot_of(uint64_t key, size_t mask) {
-  key ^= key >> 33;
-  key *= 0xff51afd7ed558ccdULL;
-  key ^= key >> 33;
-  return (size_t)key & mask;
-}
-
-static int map_grow(struct address_map* m) {
-  if (m->keys && m->mask + 1 > SIZE_MAX / 2 / sizeof *m->keys) return -1; /* full: it cannot double */
-  const size_t capacity = m->keys ? 2 * (m->mask + 1) : 1024;
-  uint64_t* keys = calloc(capacity, sizeof *keys);
-  uint64_t* values = calloc(capacity, sizeof *values);
-  if (!keys || !values) {
-    free(keys);
-    free(values);
-    return -1;
-  }
-  size_t used = 0;
-  for (size_t i = 0; m->keys && i <= m->mask; i++) {
-    if (!m->keys[i] || !m->values[i]) continue;
-    size_t j = slot_of(m->keys[i], capacity - 1);
-    while (keys[j]) j = (j + 1) & (capacity - 1);
-    keys[j] = m->keys[i];
-    values[j] = m->values[i];
-    used++;
-  }
-  free(m->keys);
-  free(m->values);
-  m->keys = keys;
-  m->values = values;
-  m->mask = capacity - 1;
-  m->used = used;
-  return 0;
-}
-
-static int map_put(struct address_map* m, uint64_t key, uint64_t value) {
-  if ((!m->keys || 2 * (m->used + 1) > m->mask + 1) && map_grow(m) != 0) return -1;
-  size_t i = slot_of(key, m->mask);
-  while (m->keys[i] && m->keys[i] != key) i = (i + 1) & m->mask;
-  if (!m->keys[i]) m->used++;
-  m->keys[i] = key;
-  m->values[i] = value;
-  return 0;
-}
-
-/* The value for key, removed from the map; 0 if there is none. */
-static uint64_t map_take(struct address_map* m, uint64_t key) {
-  if (!m->keys) return 0;
-  for (size_t i = slot_of(key, m->mask); m->keys[i]; i = (i + 1) & m->mask) {
-    if (m->keys[i] != key) continue;
-    const uint64_t v = m->values[i];
-    m->values[i] = 0;
-    return v;
-  }
-  return 0;
-}
-
-static void map_free(struct address_map* m) {
-  free(m->keys);
-  free(m->values);
-  memset(m, 0, sizeof *m);
-}
 
 /* ---- Where records come from: a gpumem trace, or RMM's CSV log (logging_resource_adaptor). ---- */
 
@@ -226,7 +156,7 @@ static int replay_alloc(struct replay* x, const gpumem_trace_record_t* rec) {
     /* RMM's replay benchmark passes a 0-byte allocation to its resource, which gives NULL for it,
      * and the free of that NULL later, which does nothing: both are skipped here, and counted. */
     r->skipped++;
-    return rec->address && map_put(&x->map, rec->address, kSkipped) != 0 ? bookkeeping_failed(x) : 0;
+    return rec->address && address_map_put(&x->map, rec->address, kSkipped) != 0 ? bookkeeping_failed(x) : 0;
   }
   if (!rec->address) {
     snprintf(r->error, sizeof r->error,
@@ -255,7 +185,8 @@ static int replay_alloc(struct replay* x, const gpumem_trace_record_t* rec) {
     return 0;
   }
   r->allocs++;
-  if (map_put(&x->map, rec->address, (uint64_t)(uintptr_t)p) != 0 || map_put(&x->sizes, rec->address, rec->size) != 0)
+  if (address_map_put(&x->map, rec->address, (uint64_t)(uintptr_t)p) != 0 ||
+      address_map_put(&x->sizes, rec->address, rec->size) != 0)
     return bookkeeping_failed(x);
   x->live += rec->size;
   if (x->live > r->peak_live) r->peak_live = x->live;
@@ -270,7 +201,7 @@ static int replay_alloc(struct replay* x, const gpumem_trace_record_t* rec) {
 /* A free: 1 when it was made, 0 when there was nothing to free, -1 with r->error set. */
 static int replay_free(struct replay* x, const gpumem_trace_record_t* rec) {
   struct replay_result* r = x->r;
-  const uint64_t p = rec->address ? map_take(&x->map, rec->address) : kSkipped; /* NULL: nothing to free */
+  const uint64_t p = rec->address ? address_map_take(&x->map, rec->address) : kSkipped; /* NULL: nothing to free */
   if (p == kSkipped) {
     r->skipped++;
     return 0;
@@ -279,7 +210,7 @@ static int replay_free(struct replay* x, const gpumem_trace_record_t* rec) {
     r->unmatched_frees++;
     return 0;
   }
-  x->live -= map_take(&x->sizes, rec->address);
+  x->live -= address_map_take(&x->sizes, rec->address);
   const double t0 = now_ns();
   const gpumem_status_t st = gpumem_free(x->config, (void*)(uintptr_t)p, (gpumem_stream_t)(uintptr_t)rec->stream);
   x->busy += now_ns() - t0;
@@ -293,8 +224,8 @@ static int replay_free(struct replay* x, const gpumem_trace_record_t* rec) {
 }
 
 static void replay_close(struct replay* x) {
-  map_free(&x->map);
-  map_free(&x->sizes);
+  address_map_free(&x->map);
+  address_map_free(&x->sizes);
   source_close(&x->src);
   if (x->config && x->config != x->device) gpumem_allocator_destroy_force(x->config);
   if (x->device) gpumem_allocator_destroy_force(x->device);

@@ -4,6 +4,7 @@
  * passes over the trace: the first finds the peak, the second stops there to list what was live. */
 #include "summary.h"
 
+#include "address_map.h"
 #include "cli.h"
 
 #include <gpumem/gpumem.h>
@@ -13,52 +14,60 @@
 
 #define SMALL_LIMIT (1u << 20) /* PyTorch's small pool: blocks under 1 MiB */
 
-/* Live allocations by address: open addressing, tombstones as 1 (no allocation is at address 1). */
+/* The allocations live at a point of the trace: their records in an array whose free slots are
+ * chained (address 0, `record` the next free slot + 1), found by address through address_map. */
 struct live_entry {
   uint64_t address, size, mem_size, stream, time_ns, record;
   uint32_t thread;
 };
 struct live_map {
+  struct address_map by_address; /* address -> slot + 1 */
   struct live_entry* slots;
-  size_t capacity, used; /* used counts tombstones too */
+  size_t count, capacity, free_head; /* free_head: the first free slot + 1; 0: none */
 };
 
-static size_t slot_of(const struct live_map* m, uint64_t address) {
-  size_t i = (size_t)((address >> 9) * 0x9e3779b97f4a7c15ull) & (m->capacity - 1);
-  while (m->slots[i].address != 0 && m->slots[i].address != address) i = (i + 1) & (m->capacity - 1);
-  return i;
-}
-
-static int live_grow(struct live_map* m) {
-  struct live_map bigger = {calloc(m->capacity ? m->capacity * 2 : 1024, sizeof(struct live_entry)),
-                            m->capacity ? m->capacity * 2 : 1024, 0};
-  if (!bigger.slots) return -1;
-  for (size_t i = 0; i < m->capacity; ++i)
-    if (m->slots[i].address > 1) {
-      bigger.slots[slot_of(&bigger, m->slots[i].address)] = m->slots[i];
-      ++bigger.used;
-    }
-  free(m->slots);
-  *m = bigger;
-  return 0;
+static void live_release(struct live_map* m, size_t slot) {
+  m->slots[slot].address = 0;
+  m->slots[slot].record = m->free_head;
+  m->free_head = slot + 1;
 }
 
 static int live_put(struct live_map* m, const struct live_entry* e) {
-  if ((m->used + 1) * 2 > m->capacity && live_grow(m) != 0) return -1;
-  struct live_entry* slot = &m->slots[slot_of(m, e->address)];
-  if (slot->address == 0) ++m->used;
-  *slot = *e;
-  return 0;
+  const uint64_t replaced = address_map_take(&m->by_address, e->address); /* allocated twice: keep the last */
+  if (replaced) live_release(m, (size_t)replaced - 1);
+  size_t slot;
+  if (m->free_head) {
+    slot = m->free_head - 1;
+    m->free_head = (size_t)m->slots[slot].record;
+  } else {
+    if (m->count == m->capacity) {
+      const size_t capacity = m->capacity ? 2 * m->capacity : 1024;
+      struct live_entry* grown = realloc(m->slots, capacity * sizeof *grown);
+      if (!grown) return -1;
+      m->slots = grown;
+      m->capacity = capacity;
+    }
+    slot = m->count++;
+  }
+  m->slots[slot] = *e;
+  if (address_map_put(&m->by_address, e->address, slot + 1) == 0) return 0;
+  live_release(m, slot);
+  return -1;
 }
 
 /* Takes the allocation at address out of the map into *out; 0 if there was none. */
 static int live_take(struct live_map* m, uint64_t address, struct live_entry* out) {
-  if (m->capacity == 0) return 0;
-  struct live_entry* slot = &m->slots[slot_of(m, address)];
-  if (slot->address != address) return 0;
-  *out = *slot;
-  slot->address = 1;
+  const uint64_t slot = address_map_take(&m->by_address, address);
+  if (!slot) return 0;
+  *out = m->slots[slot - 1];
+  live_release(m, (size_t)slot - 1);
   return 1;
+}
+
+static void live_free(struct live_map* m) {
+  address_map_free(&m->by_address);
+  free(m->slots);
+  memset(m, 0, sizeof *m);
 }
 
 /* Running figures: [0] all, [1] large, [2] small. */
@@ -202,11 +211,11 @@ static int by_size_descending(const void* a, const void* b) {
 
 /* The `top` largest allocations live in `live`, largest first. */
 static int print_largest(const struct live_map* live, size_t top, const struct figures* at_peak) {
-  struct live_entry* all = malloc((live->used ? live->used : 1) * sizeof *all);
+  struct live_entry* all = malloc((live->count ? live->count : 1) * sizeof *all);
   if (!all) return 1;
   size_t n = 0;
-  for (size_t i = 0; i < live->capacity; ++i)
-    if (live->slots[i].address > 1) all[n++] = live->slots[i];
+  for (size_t i = 0; i < live->count; ++i)
+    if (live->slots[i].address) all[n++] = live->slots[i];
   qsort(all, n, sizeof *all, by_size_descending);
   char a[32], b[32];
   printf("\nLargest allocations live at the peak (record %llu: %llu allocations, %s):\n",
@@ -263,10 +272,10 @@ int summary_main(int argc, char** argv) {
   struct live_map live = {0};
   if (read_trace(path, 0, &all, &live, error, sizeof error) != 0) {
     fprintf(stderr, "gpumem summary: %s\n", error);
-    free(live.slots);
+    live_free(&live);
     return 1;
   }
-  free(live.slots);
+  live_free(&live);
   printf("%s: %llu records\n\n", path, (unsigned long long)all.records);
   print_table(&all);
   if (!all.has_upstream)
@@ -279,7 +288,7 @@ int summary_main(int argc, char** argv) {
   struct live_map peak_live = {0};
   int rc = read_trace(path, all.peak_record, &at_peak, &peak_live, error, sizeof error);
   if (rc == 0) rc = print_largest(&peak_live, top, &at_peak);
-  free(peak_live.slots);
+  live_free(&peak_live);
   if (rc != 0) fprintf(stderr, "gpumem summary: %s\n", error[0] ? error : "out of memory");
   return rc;
 }
@@ -289,7 +298,7 @@ int summary_recorded(const char* path, struct summary_recorded* out) {
   struct live_map live = {0};
   char error[1024] = "";
   const int failed = read_trace(path, 0, &f, &live, error, sizeof error);
-  free(live.slots);
+  live_free(&live);
   if (failed || !f.has_upstream) return 0;
   snprintf(out->kind, sizeof out->kind, "%s", f.kind[0] ? f.kind : "the traced allocator");
   out->peak_live = f.requested_peak[0];
