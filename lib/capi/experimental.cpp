@@ -29,19 +29,7 @@ GPUMEM_API gpumem_status_t gpumem_shutdown(void) {
 GPUMEM_API gpumem_status_t gpumem_last_out_of_memory(gpumem_out_of_memory_info_t* out_info) {
   return gpumem::capi::guard([&] {
     gpumem::capi::fill_struct(out_info, "out_info", [&](gpumem_out_of_memory_info_t& out) {
-      const gpumem::pool::OutOfMemory& f = gpumem::pool::last_out_of_memory();
-      out.device = f.device;
-      out.cause = f.cause;
-      out.size = f.size;
-      out.rounded = f.rounded;
-      out.pool_bytes = f.pool_bytes;
-      out.limit = f.limit;
-      out.in_use = f.in_use;
-      out.free_pieces = f.free_pieces;
-      out.free_whole = f.free_whole;
-      out.pending = f.pending;
-      out.largest_free = f.largest_free;
-      out.would_serve = f.would_serve;
+      out = gpumem::pool::last_out_of_memory();  // fill_struct keeps the caller's struct_size
     });
   });
 }

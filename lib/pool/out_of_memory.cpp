@@ -169,22 +169,22 @@ void* Pool::allocate_slow(Arena& arena, size_t size, size_t rounded, gpumem_stre
 
 namespace {
 
-thread_local OutOfMemory thread_out_of_memory;
+thread_local OutOfMemory thread_out_of_memory{sizeof(OutOfMemory), 0, GPUMEM_OOM_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 
-// Which of the ways out would have served a failed allocation (the gpumem_out_of_memory_cause
-// values), and the bytes it names, from what the pool held.
+// Which of the ways out would have served a failed allocation, and the bytes it names, from what
+// the pool held.
 void choose_way_out(OutOfMemory& f, uint64_t largest_other, uint64_t largest_pending) {
   const uint64_t free = f.free_pieces + f.free_whole;
   if (largest_other >= f.rounded)
-    f.cause = 1, f.would_serve = largest_other;
+    f.cause = GPUMEM_OOM_OTHER_STREAM, f.would_serve = largest_other;
   else if (largest_pending >= f.rounded)
-    f.cause = 2, f.would_serve = largest_pending;
+    f.cause = GPUMEM_OOM_PENDING, f.would_serve = largest_pending;
   else if (free >= f.rounded)
-    f.cause = 3, f.would_serve = free;
+    f.cause = GPUMEM_OOM_FRAGMENTED, f.would_serve = free;
   else if (f.limit && f.pool_bytes - f.free_whole + f.rounded > f.limit)
-    f.cause = 4, f.would_serve = f.pool_bytes - f.free_whole + f.rounded;
+    f.cause = GPUMEM_OOM_LIMIT, f.would_serve = f.pool_bytes - f.free_whole + f.rounded;
   else
-    f.cause = 5, f.would_serve = f.rounded - free;
+    f.cause = GPUMEM_OOM_IN_USE, f.would_serve = f.rounded - free;
 }
 
 }  // namespace
@@ -194,7 +194,7 @@ const OutOfMemory& last_out_of_memory() noexcept { return thread_out_of_memory; 
 void Pool::fail_out_of_memory(size_t size, size_t rounded, const std::string& why, const Arena& own) {
   // Where the bytes the pool holds are, for the caller to see why they could not serve.
   OutOfMemory& f = thread_out_of_memory;
-  f = OutOfMemory{device(), 0, size, rounded, 0, 0, 0, 0, 0, 0, 0, 0};
+  f = OutOfMemory{sizeof(OutOfMemory), device(), GPUMEM_OOM_NONE, size, rounded, 0, 0, 0, 0, 0, 0, 0, 0};
   uint64_t largest_pending = 0, largest_own = 0, largest_other = 0;
   bool lending = false;
   {
@@ -221,7 +221,7 @@ void Pool::fail_out_of_memory(size_t size, size_t rounded, const std::string& wh
   choose_way_out(f, largest_other, largest_pending);
   std::string remedy;
   switch (f.cause) {
-    case 1:
+    case GPUMEM_OOM_OTHER_STREAM:
       remedy = format("%s: another stream's arena has %s bytes free in one piece",
                       !order_   ? "the allocation on that stream (arenas over memory no stream uses do not lend)"
                       : lending ? "a stream that may borrow (not the per-thread default stream) from one that "
@@ -229,14 +229,14 @@ void Pool::fail_out_of_memory(size_t size, size_t rounded, const std::string& wh
                                 : "lending between streams (gpumem_pool_set_stream_reuse)",
                       grouped(largest_other).c_str());
       break;
-    case 2:
+    case GPUMEM_OOM_PENDING:
       remedy = "the end of the work on the streams that hold its pending frees";
       break;
-    case 3:
+    case GPUMEM_OOM_FRAGMENTED:
       remedy = format("free memory in one piece: %s bytes are free, the largest piece %s",
                       grouped(f.would_serve).c_str(), grouped(f.largest_free).c_str());
       break;
-    case 4:
+    case GPUMEM_OOM_LIMIT:
       remedy = "a limit of at least " + grouped(f.would_serve) + " bytes";
       break;
     default:

@@ -13,6 +13,7 @@
 
 #include "alloc/allocator.hpp"
 #include "alloc/stream_order.hpp"
+#include "gpumem/experimental.h"
 
 namespace gpumem::pool {
 
@@ -341,13 +342,9 @@ class Pool final : public alloc::Allocator {
   std::vector<std::unique_ptr<ArenaTable>> tables_;   // the current one last; older ones kept for readers
 };
 
-// The figures of the calling thread's last out-of-memory failure of a pool (gpumem_last_out_of_memory).
-struct OutOfMemory {
-  int device = 0;
-  uint32_t cause = 0;  // gpumem_out_of_memory_cause; 0: none yet
-  uint64_t size = 0, rounded = 0, pool_bytes = 0, limit = 0, in_use = 0, free_pieces = 0, free_whole = 0;
-  uint64_t pending = 0, largest_free = 0, would_serve = 0;
-};
+// The figures of the calling thread's last out-of-memory failure of a pool, as
+// gpumem_last_out_of_memory() gives them (cause GPUMEM_OOM_NONE before the first).
+using OutOfMemory = gpumem_out_of_memory_info_t;
 const OutOfMemory& last_out_of_memory() noexcept;
 
 // Writes the pool's snapshot to path as JSON ("format": "gpumem-pool-snapshot"); IO on failure.
