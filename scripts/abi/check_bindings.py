@@ -51,6 +51,14 @@ class Checker:
                 self.integer_constants[v["name"]] = v["value"]
         for n, c in description["constants"].items():
             self.integer_constants[n] = c["value"]
+        # What a binding may leave out: the experimental tier (gpumem/experimental.h). What it
+        # declares of it is checked like the rest.
+        experimental = {n for table in ("structs", "enums", "typedefs") for n, e in description.get(table, {}).items()
+                        if isinstance(e, dict) and e.get("header") == "experimental.h"}
+        self.optional = experimental | {n for n, f in description["functions"].items()
+                                        if f["node"] == "GPUMEM_EXPERIMENTAL"}
+        self.optional_constants = {v["name"] for n in experimental & set(description["enums"])
+                                   for v in description["enums"][n]["values"]}
 
     def fail(self, binding, message):
         self.problems.append(f"{binding}: {message}")
@@ -95,12 +103,7 @@ class Checker:
                                        f"header has {f['offset']} ({f['size']} bytes)")
 
     def coverage(self, binding, kind, have, want):
-        # A binding may leave out the experimental tier (gpumem/experimental.h); what it declares
-        # of it is checked like the rest.
-        optional = {n for n, f in self.d["functions"].items() if f["node"] == "GPUMEM_EXPERIMENTAL"}
-        optional |= {n for table in ("structs", "enums", "typedefs") for n, e in self.d.get(table, {}).items()
-                     if isinstance(e, dict) and e.get("header") == "experimental.h"}
-        for n in sorted(set(want) - set(have) - optional):
+        for n in sorted(set(want) - set(have) - self.optional):
             self.fail(binding, f"{kind} {n} is in the description but not declared")
         for n in sorted(set(have) - set(want)):
             self.fail(binding, f"{kind} {n} is declared but not in the description")
@@ -114,9 +117,7 @@ class Checker:
                 self.fail(binding, f"constant {n} is not in the description")
             elif v != want:
                 self.fail(binding, f"constant {n} is {v!r}; the header's value is {want!r}")
-        experimental = {v["name"] for e in self.d["enums"].values() if e.get("header") == "experimental.h"
-                        for v in e["values"]}  # a binding may leave the experimental tier out
-        for n in sorted(set(required) - set(consts) - experimental):
+        for n in sorted(set(required) - set(consts) - self.optional_constants):
             self.fail(binding, f"constant {n} is in the description but not declared")
 
     # --- Python ---------------------------------------------------------------------------------------
