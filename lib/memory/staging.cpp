@@ -77,6 +77,10 @@ class HostCopier {
   }
 
   void copy(void* dst, const void* src, size_t n) {
+    if (n / kPieceBytes <= 1) {  // too small to split: this thread alone, no worker needed
+      stream_copy(dst, src, n);
+      return;
+    }
     // Shared with other copies, never with stop(): the workers stay while a copy needs them.
     std::shared_lock<std::shared_mutex> running(running_);
     if (!started_.load(std::memory_order_acquire)) {
