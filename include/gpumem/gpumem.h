@@ -15,6 +15,7 @@
 #include "cuda_pool.h"
 #include "cupy.h"
 #include "device.h"
+#include "ipc.h"
 #include "memory.h"
 #include "pin.h"
 #include "pointer.h"

@@ -10,6 +10,15 @@ void Allocator::refuse(gpumem_allocator_t* handle) {
   fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not a live gpumem allocator: %s", p, gpumem_allocator_s::why(p));
 }
 
+std::atomic<FreeHold> free_hold{nullptr};
+
+SharedExtent Allocator::shared_extent(uintptr_t) {
+  fail(GPUMEM_ERROR_NOT_SUPPORTED,
+       "memory of the %s allocator cannot be shared with another process: only device memory (of the device and "
+       "VM allocators, and pools over them) can",
+       kind_);
+}
+
 void Allocator::set_peer_access(int peer_device, bool) {
   fail(GPUMEM_ERROR_NOT_SUPPORTED, "the %s allocator's memory cannot be opened to device %d", kind_, peer_device);
 }

@@ -93,6 +93,21 @@ class Ranges {
   ~Ranges() = default;
 };
 
+// Where memory lies for another process to open it (ipc/): the device allocation or VM range
+// that holds it, as the driver knows it.
+struct SharedExtent {
+  bool vm;         // mapped through virtual memory management; else a cuMemAlloc allocation
+  uintptr_t base;  // the allocation, or the VM range
+  size_t size;
+  size_t unit;  // VM: bytes of each physical allocation, from base
+};
+
+class Allocator;
+// A free that the IPC layer keeps back while other processes use the memory: set once the first
+// allocation is exported, it returns true if it took the free (ipc/exports.cpp).
+using FreeHold = bool (*)(Allocator* a, void* p, gpumem_stream_t stream);
+extern std::atomic<FreeHold> free_hold;
+
 class Allocator : public gpumem_allocator_s {
  public:
   Allocator(int device, const char* kind) : device_(device), kind_(kind) {}
@@ -107,6 +122,16 @@ class Allocator : public gpumem_allocator_s {
   // gpumem_alloc and gpumem_free: the hooks around the kind's own work.
   void* allocate(size_t size, gpumem_stream_t stream);
   void deallocate(void* p, gpumem_stream_t stream);
+
+  // The size of the live allocation that starts at p, as asked; 0 if there is none.
+  size_t live_size(void* p) {
+    size_t size = 0, mem_size = 0;
+    sizes_of(p, size, mem_size);
+    return size;
+  }
+  // Where the memory at p lies, for another process to open it; kinds whose memory cannot be
+  // shared so refuse with GPUMEM_ERROR_NOT_SUPPORTED.
+  virtual SharedExtent shared_extent(uintptr_t p);
 
   virtual Stats stats();
   virtual void reset_peaks();

@@ -120,6 +120,14 @@ class DeviceAllocator final : public RawAllocator {
   explicit DeviceAllocator(int device) : RawAllocator(device, "device") {}
   StreamOrder* stream_order() override { return cuda_stream_order(device()); }
 
+  SharedExtent shared_extent(uintptr_t p) override {
+    const size_t size = live_size(reinterpret_cast<void*>(p));
+    if (!size)
+      fail(GPUMEM_ERROR_NOT_OWNED, "%p is not the start of a live allocation of the device allocator of device %d",
+           reinterpret_cast<void*>(p), device());
+    return {false, p, size, 0};
+  }
+
   // cuMemAlloc memory is reached through context peer access, which covers every allocation of
   // the context: it is enabled as peer copies enable it, and never taken away, since that would
   // cut off memory this allocator does not own.

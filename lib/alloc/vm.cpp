@@ -25,6 +25,25 @@ VmAllocator::VmAllocator(int device, size_t unit, size_t granularity, size_t ran
     : RawAllocator(device, "vm"), unit_(unit), granularity_(granularity), range_size_(range_size) {
   prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop_.location = driver::device_location(device);
+  // Every physical allocation can be exported to another process (ipc.h) where the device can.
+  int fd_handles = 0;
+  if (driver::api().cuDeviceGetAttribute(&fd_handles, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                         driver::cu_device(device)) == CUDA_SUCCESS &&
+      fd_handles)
+    prop_.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+}
+
+SharedExtent VmAllocator::shared_extent(uintptr_t p) {
+  if (prop_.requestedHandleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+    fail(GPUMEM_ERROR_NOT_SUPPORTED,
+         "device %d cannot export its memory as a file descriptor "
+         "(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED is 0)",
+         device());
+  std::lock_guard<SpinLock> lock(mutex_);
+  const auto* r = reservation_holding(p, 1);
+  if (!r || !mapped_whole(p, p + 1))
+    fail(GPUMEM_ERROR_NOT_OWNED, "%p is not memory the vm allocator of device %d has mapped", pointer(p), device());
+  return {true, r->first, r->second.size, r->second.direct ? r->second.size : unit_};
 }
 
 VmAllocator::~VmAllocator() {

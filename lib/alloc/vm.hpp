@@ -27,6 +27,9 @@ class VmAllocator final : public RawAllocator, public Ranges {
   StreamOrder* stream_order() override;
   Ranges* ranges() override { return this; }
   void set_peer_access(int peer_device, bool enable) override;
+  // The direct allocation at p, or the pool's range that holds it; memory is exportable when the
+  // device can export it as a file descriptor.
+  SharedExtent shared_extent(uintptr_t p) override;
 
   size_t unit() const override { return unit_; }
   size_t range_size() const override { return range_size_; }

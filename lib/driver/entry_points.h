@@ -46,6 +46,12 @@
   X(cuMemSetAccess, 10020)                             \
   X(cuMemGetAllocationGranularity, 10020)              \
   X(cuMemRetainAllocationHandle, 11000)                \
+  X(cuMemExportToShareableHandle, 10020)               \
+  X(cuMemImportFromShareableHandle, 10020)             \
+  X(cuIpcGetMemHandle, 4010)                           \
+  X(cuIpcOpenMemHandle, 11000)                         \
+  X(cuIpcCloseMemHandle, 4010)                         \
+  X(cuDeviceGetUuid, 11040)                            \
   X(cuCtxSynchronize, 2000)                            \
   X(cuMemHostAlloc, 2020)                              \
   X(cuMemFreeHost, 2000)                               \

@@ -38,6 +38,7 @@ Pool* Pool::holder_of(const alloc::Allocator* upstream, const void* p) {
 }
 
 void Pool::free_from_caller(alloc::Allocator* a, void* p, gpumem_stream_t stream) {
+  if (alloc::FreeHold hold = alloc::free_hold.load(std::memory_order_acquire); hold && hold(a, p, stream)) return;
   if (a->pools() > 0)
     if (const Pool* pool = holder_of(a, p))
       fail(GPUMEM_ERROR_NOT_OWNED,
@@ -45,6 +46,18 @@ void Pool::free_from_caller(alloc::Allocator* a, void* p, gpumem_stream_t stream
            "which returns it when it no longer needs it",
            p, static_cast<const void*>(static_cast<const gpumem_allocator_s*>(pool)), a->kind());
   a->deallocate(p, stream);
+}
+
+alloc::SharedExtent Pool::shared_extent(uintptr_t p) {
+  uintptr_t base;
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    auto it = segments_.upper_bound(p);
+    if (it == segments_.begin() || p - std::prev(it)->first >= std::prev(it)->second.size)
+      fail(GPUMEM_ERROR_NOT_OWNED, "%p is not memory of this pool", reinterpret_cast<void*>(p));
+    base = std::prev(it)->first;
+  }
+  return upstream_->shared_extent(ranges_ ? p : base);
 }
 
 bool Pool::holds(const void* p) { return segment_arena(reinterpret_cast<uintptr_t>(p)) != nullptr; }

@@ -60,13 +60,14 @@
  * of an invalidated capture ends it with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED and no graph. The
  * tests reach streams and captures through the driver's own exported names (cuStreamCreate,
  * cuStreamBeginCapture_v2, cuStreamEndCapture, cuGraphDestroy, ...), as they do on a GPU. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* memfd_create, for exported allocations */
 
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -149,6 +150,7 @@ struct vmm_allocation {
   int device;
   int released;
   int mapped;
+  int exportable; /* made with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR requested, or imported */
 };
 struct vmm_mapping {
   uintptr_t start;
@@ -505,6 +507,15 @@ static CUresult CUDAAPI fake_cuDeviceGet(CUdevice* dev, int ordinal) {
   *dev = ordinal;
   return CUDA_SUCCESS;
 }
+/* "fake-gpu" and the device's number. */
+static CUresult CUDAAPI fake_cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
+  REQUIRE_DEVICE(dev);
+  if (uuid == NULL) return CUDA_ERROR_INVALID_VALUE;
+  memset(uuid, 0, sizeof *uuid);
+  memcpy(uuid->bytes, "fake-gpu", 8);
+  uuid->bytes[15] = (char)dev;
+  return CUDA_SUCCESS;
+}
 static CUresult CUDAAPI fake_cuDeviceGetName(char* name, int len, CUdevice dev) {
   REQUIRE_DEVICE(dev);
   if (name == NULL || len <= 0) return CUDA_ERROR_INVALID_VALUE;
@@ -814,7 +825,8 @@ static CUresult CUDAAPI fake_cuMemCreate(CUmemGenericAllocationHandle* handle, s
   ++create_calls;
   if (size <= FAKE_FREE_MEMORY - vmm_held[dev] &&
       grow((void**)&vmm_handles, &vmm_handle_capacity, vmm_handle_count, sizeof *vmm_handles)) {
-    vmm_handles[vmm_handle_count++] = (struct vmm_allocation){size, dev, 0, 0};
+    vmm_handles[vmm_handle_count++] =
+        (struct vmm_allocation){size, dev, 0, 0, prop->requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
     vmm_held[dev] += size;
     *handle = vmm_handle_count;
     r = CUDA_SUCCESS;
@@ -884,6 +896,72 @@ static CUresult CUDAAPI fake_cuMemRetainAllocationHandle(CUmemGenericAllocationH
   pthread_mutex_unlock(&vmm_mutex);
   return r;
 }
+/* Sharing between processes. An exported allocation is a memory file holding its size and device,
+ * which an import in any process turns into an allocation of its own of that size: bookkeeping,
+ * as the rest. No cuMemAlloc memory exists, so the driver's IPC handles are refused. */
+struct fake_export {
+  uint64_t magic;
+  size_t size;
+  int device;
+};
+#define FAKE_EXPORT_MAGIC 0x66616b6565787074ULL
+static CUresult CUDAAPI fake_cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHandle handle,
+                                                          CUmemAllocationHandleType type, unsigned long long flags) {
+  REQUIRE_INIT();
+  if (shareable == NULL || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || flags) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&vmm_mutex);
+  struct vmm_allocation* a = vmm_allocation(handle);
+  struct fake_export e = {FAKE_EXPORT_MAGIC, a ? a->size : 0, a ? a->device : 0};
+  const int exportable = a != NULL && a->exportable;
+  pthread_mutex_unlock(&vmm_mutex);
+  if (!exportable) return CUDA_ERROR_INVALID_VALUE;
+  const int fd = memfd_create("fake-cuda-export", MFD_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (write(fd, &e, sizeof e) != (ssize_t)sizeof e) {
+    close(fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *(int*)shareable = fd;
+  return CUDA_SUCCESS;
+}
+static CUresult CUDAAPI fake_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* os_handle,
+                                                            CUmemAllocationHandleType type) {
+  REQUIRE_INIT();
+  struct fake_export e = {0, 0, 0};
+  if (handle == NULL || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
+      pread((int)(intptr_t)os_handle, &e, sizeof e, 0) != (ssize_t)sizeof e || e.magic != FAKE_EXPORT_MAGIC ||
+      e.device < 0 || e.device >= device_count())
+    return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+  pthread_mutex_lock(&vmm_mutex);
+  if (grow((void**)&vmm_handles, &vmm_handle_capacity, vmm_handle_count, sizeof *vmm_handles)) {
+    vmm_handles[vmm_handle_count++] = (struct vmm_allocation){e.size, e.device, 0, 0, 1};
+    vmm_held[e.device] += e.size;
+    *handle = vmm_handle_count;
+    r = CUDA_SUCCESS;
+  }
+  pthread_mutex_unlock(&vmm_mutex);
+  return r;
+}
+static CUresult CUDAAPI fake_cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr ptr) {
+  REQUIRE_INIT();
+  (void)handle;
+  (void)ptr;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+static CUresult CUDAAPI fake_cuIpcOpenMemHandle(CUdeviceptr* ptr, CUipcMemHandle handle, unsigned int flags) {
+  REQUIRE_INIT();
+  (void)ptr;
+  (void)handle;
+  (void)flags;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+static CUresult CUDAAPI fake_cuIpcCloseMemHandle(CUdeviceptr ptr) {
+  REQUIRE_INIT();
+  (void)ptr;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
 /* Whole mappings that make up [ptr, ptr + size) without a gap. */
 /* Injected cuMemUnmap failures: after unmap_fail_skip more calls, one returns unmap_fail_code. */
 static int unmap_fail_skip = -1;

@@ -1,0 +1,38 @@
+// Sharing device memory between processes (gpumem/ipc.h): the exporter's registry of what it has
+// handed out (exports.cpp), the importer's table of what it has opened (imports.cpp), and the two
+// carried over a Unix-domain socket (socket.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "alloc/allocator.hpp"
+#include "gpumem/ipc.h"
+
+namespace gpumem::ipc {
+
+// Exports the live allocation at p of a; sets fd_count to the descriptors that go with it.
+gpumem_ipc_handle_t export_allocation(alloc::Allocator* a, void* p, size_t& fd_count);
+// New descriptors for a handle this process exported: the ledger's, then each unit's.
+void export_fds(const gpumem_ipc_handle_t* handle, int* fds, size_t count);
+// This process's id as an exporter (random, new in a forked child).
+uint64_t exporter_id();
+// Frees what was freed here while held elsewhere and is no longer; returns the bytes.
+uint64_t collect();
+
+void* open(const gpumem_ipc_handle_t* handle, const int* fds, size_t fd_count, size_t& size);
+void close(void* p);
+
+void send(int socket, const gpumem_ipc_handle_t* handle);
+void* receive(int socket, size_t& size);
+
+// What this process shares: its exports (exports.cpp), then what it has opened (imports.cpp).
+void fill_exports(gpumem_ipc_info_t& out);
+void fill_info(gpumem_ipc_info_t& out);
+
+// The device's UUID as the driver gives it, and the device of this process with that UUID
+// (INVALID_DEVICE if none).
+void device_uuid(int device, uint8_t out[16]);
+int device_with_uuid(const uint8_t uuid[16]);
+
+}  // namespace gpumem::ipc
