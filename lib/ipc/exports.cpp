@@ -112,6 +112,7 @@ gpumem_ipc_handle_t Exporter::add(alloc::Allocator* a, void* ptr, size_t& fd_cou
     const driver::Api& api = driver::api();
     driver::ContextScope scope(driver::primary_context(a->device()));
     CUipcMemHandle handle;
+    require_entry(api.cuIpcGetMemHandle, "cuIpcGetMemHandle");
     driver::check(api.cuIpcGetMemHandle(&handle, static_cast<CUdeviceptr>(extent.base)),
                   "cuIpcGetMemHandle (exporting device memory)");
     static_assert(sizeof handle == sizeof w.ipc);
@@ -186,6 +187,8 @@ void Exporter::fds(const gpumem_ipc_handle_t* handle, int* fds, size_t count) {
     made.push_back(ledger_copy);
     if (w.kind == Kind::kVm) {
       const driver::Api& api = driver::api();
+      require_entry(api.cuMemExportToShareableHandle, "cuMemExportToShareableHandle");
+      require_entry(api.cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle");
       driver::ContextScope scope(driver::primary_context(key.first->device()));
       for (uint32_t i = 0; i < w.units(); ++i) {
         const uintptr_t unit = w.segment + w.first_unit() + uint64_t{i} * w.unit;

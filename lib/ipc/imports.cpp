@@ -94,6 +94,8 @@ Segment& Importer::map_segment(const Wire& w, int device, const int* fds) {
     ++it->second.opens;
     return it->second;
   }
+  require_entry(api.cuIpcOpenMemHandle, "cuIpcOpenMemHandle");
+  require_entry(api.cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle");
   if (w.kind == Kind::kClassic) {
     if (fresh) {
       CUipcMemHandle handle;
@@ -271,6 +273,7 @@ void fill_info(gpumem_ipc_info_t& out) {
 
 void device_uuid(int device, uint8_t out[16]) {
   CUuuid uuid;
+  require_entry(driver::api().cuDeviceGetUuid, "cuDeviceGetUuid");
   driver::check(driver::api().cuDeviceGetUuid(&uuid, driver::cu_device(device)), "cuDeviceGetUuid");
   std::memcpy(out, uuid.bytes, 16);
 }

@@ -30,6 +30,12 @@ void* receive(int socket, size_t& size);
 void fill_exports(gpumem_ipc_info_t& out);
 void fill_info(gpumem_ipc_info_t& out);
 
+// Refuses with NOT_SUPPORTED when the driver lacks an entry point (a driver older than it).
+template <class F>
+void require_entry(F* f, const char* name) {
+  if (!f) fail(GPUMEM_ERROR_NOT_SUPPORTED, "the CUDA driver lacks %s, which sharing memory between processes needs", name);
+}
+
 // The device's UUID as the driver gives it, and the device of this process with that UUID
 // (INVALID_DEVICE if none).
 void device_uuid(int device, uint8_t out[16]);

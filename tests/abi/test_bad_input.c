@@ -1622,6 +1622,93 @@ static void bad_vm_get_info(void) {
   REFUSED(call_vm_get_info(g_pool), GPUMEM_ERROR_INVALID_HANDLE, "not a VM allocator");
 }
 
+/* ---- IPC -------------------------------------------------------------------------------------- */
+
+static gpumem_status_t call_ipc_get_info(void* ctx, void* out) {
+  (void)ctx;
+  return gpumem_ipc_get_info(out);
+}
+
+static gpumem_status_t call_ipc_export(void* h) {
+  static char bytes[64];
+  gpumem_ipc_handle_t out;
+  memset(&out, 0x5a, sizeof out);
+  size_t count = 7;
+  const gpumem_status_t st = gpumem_ipc_export(h, bytes, &out, &count);
+  assert_int_equal(count, 0);
+  for (size_t i = 0; i < sizeof out.bytes; ++i) assert_int_equal(out.bytes[i], 0);
+  return st;
+}
+
+static void bad_ipc_export(void) {
+  static char bytes[64];
+  gpumem_ipc_handle_t out;
+  REFUSED(gpumem_ipc_export(g_host, bytes, NULL, NULL), GPUMEM_ERROR_INVALID_ARGUMENT, "out_handle is NULL");
+  REFUSED(gpumem_ipc_export(g_host, NULL, &out, NULL), GPUMEM_ERROR_INVALID_ARGUMENT, "ptr is NULL");
+  REFUSED(call_ipc_export(g_host), GPUMEM_ERROR_NOT_OWNED, "is not the start of a live allocation");
+  REFUSED(call_ipc_export(g_pool), GPUMEM_ERROR_NOT_OWNED, "is not the start of a live allocation");
+  BAD_HANDLES(kAllocator, call_ipc_export, false);
+}
+
+/* A handle no gpumem made: every byte 0x42. */
+static gpumem_ipc_handle_t forged_handle(void) {
+  gpumem_ipc_handle_t h;
+  memset(&h, 0x42, sizeof h);
+  return h;
+}
+
+static void bad_ipc_export_fds(void) {
+  const gpumem_ipc_handle_t h = forged_handle();
+  int fds[2] = {-7, -7};
+  REFUSED(gpumem_ipc_export_fds(NULL, fds, 1), GPUMEM_ERROR_INVALID_ARGUMENT, "handle is NULL");
+  REFUSED(gpumem_ipc_export_fds(&h, fds, 1), GPUMEM_ERROR_INVALID_ARGUMENT, "not a gpumem IPC handle");
+  assert_int_equal(fds[0], -7);
+}
+
+static void bad_ipc_open(void) {
+  const gpumem_ipc_handle_t h = forged_handle();
+  int fd = 0;
+  void* p = GARBAGE;
+  size_t size = 9;
+  REFUSED(gpumem_ipc_open(&h, &fd, 1, NULL, NULL), GPUMEM_ERROR_INVALID_ARGUMENT, "out_ptr is NULL");
+  REFUSED(gpumem_ipc_open(NULL, &fd, 1, &p, &size), GPUMEM_ERROR_INVALID_ARGUMENT, "handle is NULL");
+  assert_null(p);
+  assert_int_equal(size, 0);
+  p = GARBAGE;
+  REFUSED(gpumem_ipc_open(&h, &fd, 1, &p, NULL), GPUMEM_ERROR_INVALID_ARGUMENT, "not a gpumem IPC handle");
+  assert_null(p);
+}
+
+static void bad_ipc_close(void) {
+  static char bytes[64];
+  REFUSED(gpumem_ipc_close(NULL), GPUMEM_ERROR_INVALID_ARGUMENT, "ptr is NULL");
+  REFUSED(gpumem_ipc_close(bytes), GPUMEM_ERROR_NOT_OWNED, "is not open here");
+}
+
+static void bad_ipc_send(void) {
+  const gpumem_ipc_handle_t h = forged_handle();
+  REFUSED(gpumem_ipc_send(-1, NULL), GPUMEM_ERROR_INVALID_ARGUMENT, "handle is NULL");
+  REFUSED(gpumem_ipc_send(-1, &h), GPUMEM_ERROR_INVALID_ARGUMENT, "not a gpumem IPC handle");
+}
+
+static void bad_ipc_receive(void) {
+  void* p = GARBAGE;
+  size_t size = 9;
+  REFUSED(gpumem_ipc_receive(-1, NULL, NULL), GPUMEM_ERROR_INVALID_ARGUMENT, "out_ptr is NULL");
+  REFUSED(gpumem_ipc_receive(-1, &p, &size), GPUMEM_ERROR_IO, "receiving an IPC handle on socket -1");
+  assert_null(p);
+  assert_int_equal(size, 0);
+}
+
+static void bad_ipc_collect(void) {
+  uint64_t freed = 5;
+  ACCEPTED(gpumem_ipc_collect(NULL));
+  ACCEPTED(gpumem_ipc_collect(&freed));
+  assert_int_equal(freed, 0);
+}
+
+static void bad_ipc_get_info(void) { check_out_struct(call_ipc_get_info, NULL, sizeof(gpumem_ipc_info_t), "out_info"); }
+
 /* ---- Traces ----------------------------------------------------------------------------------- */
 
 static gpumem_status_t call_trace_start(void* h) {
@@ -1894,6 +1981,14 @@ static const entry_t kTable[] = {
     ENTRY(host_get_device_pointer),
     ENTRY(host_register),
     ENTRY(host_unregister),
+    ENTRY(ipc_close),
+    ENTRY(ipc_collect),
+    ENTRY(ipc_export),
+    ENTRY(ipc_export_fds),
+    ENTRY(ipc_get_info),
+    ENTRY(ipc_open),
+    ENTRY(ipc_receive),
+    ENTRY(ipc_send),
     ENTRY(last_cuda_result),
     ENTRY(last_error_detail),
     ENTRY(last_out_of_memory),

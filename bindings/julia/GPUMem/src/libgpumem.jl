@@ -589,6 +589,25 @@ struct gpumem_vm_info_t
     mapped_bytes::UInt64
 end
 
+const GPUMEM_IPC_HANDLE_SIZE = 192
+
+"An exported allocation as plain bytes (`ipc.h`)."
+struct gpumem_ipc_handle_t
+    bytes::NTuple{192,UInt8}
+end
+
+"What this process shares (`ipc.h`), from `gpumem_ipc_get_info`."
+struct gpumem_ipc_info_t
+    struct_size::Csize_t
+    exported::UInt64
+    held::UInt64
+    held_bytes::UInt64
+    imports::UInt64
+    open_segments::UInt64
+    open_bytes::UInt64
+    segment_opens::UInt64
+end
+
 ## Functions, in the order of the headers
 
 # core.h
@@ -822,6 +841,27 @@ gpumem_allocator_create_vm(params, out_allocator) =
 gpumem_vm_get_info(allocator, out_info) =
     ccall(@sym(:gpumem_vm_get_info), gpumem_status_t, (Ptr{gpumem_allocator_t}, Ptr{gpumem_vm_info_t}), allocator,
           out_info)
+
+# ipc.h
+gpumem_ipc_export(allocator, ptr, out_handle, out_fd_count) =
+    ccall(@sym(:gpumem_ipc_export), gpumem_status_t,
+          (Ptr{gpumem_allocator_t}, Ptr{Cvoid}, Ptr{gpumem_ipc_handle_t}, Ptr{Csize_t}), allocator, ptr, out_handle,
+          out_fd_count)
+gpumem_ipc_export_fds(handle, out_fds, count) =
+    ccall(@sym(:gpumem_ipc_export_fds), gpumem_status_t, (Ptr{gpumem_ipc_handle_t}, Ptr{Cint}, Csize_t), handle,
+          out_fds, count)
+gpumem_ipc_open(handle, fds, fd_count, out_ptr, out_size) =
+    ccall(@sym(:gpumem_ipc_open), gpumem_status_t,
+          (Ptr{gpumem_ipc_handle_t}, Ptr{Cint}, Csize_t, Ptr{Ptr{Cvoid}}, Ptr{Csize_t}), handle, fds, fd_count, out_ptr,
+          out_size)
+gpumem_ipc_close(ptr) = ccall(@sym(:gpumem_ipc_close), gpumem_status_t, (Ptr{Cvoid},), ptr)
+gpumem_ipc_send(socket, handle) =
+    ccall(@sym(:gpumem_ipc_send), gpumem_status_t, (Cint, Ptr{gpumem_ipc_handle_t}), socket, handle)
+gpumem_ipc_receive(socket, out_ptr, out_size) =
+    ccall(@sym(:gpumem_ipc_receive), gpumem_status_t, (Cint, Ptr{Ptr{Cvoid}}, Ptr{Csize_t}), socket, out_ptr, out_size)
+gpumem_ipc_collect(out_freed) = ccall(@sym(:gpumem_ipc_collect), gpumem_status_t, (Ptr{UInt64},), out_freed)
+gpumem_ipc_get_info(out_info) =
+    ccall(@sym(:gpumem_ipc_get_info), gpumem_status_t, (Ptr{gpumem_ipc_info_t},), out_info)
 
 # torch.h (PyTorch's pluggable allocator; declared so that the package covers the whole ABI)
 gpumem_torch_alloc(size, device, stream) =

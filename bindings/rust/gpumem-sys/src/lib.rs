@@ -19,7 +19,7 @@
 #![allow(missing_docs)]
 
 use std::marker::{PhantomData, PhantomPinned};
-use std::os::raw::{c_char, c_void};
+use std::os::raw::{c_char, c_int, c_void};
 
 // gpumem_version.h
 
@@ -489,6 +489,31 @@ pub struct gpumem_vm_info_t {
     pub mapped_bytes: u64,
 }
 
+// ipc.h
+
+pub const GPUMEM_IPC_HANDLE_SIZE: usize = 192;
+
+/// `gpumem_ipc_handle_t` (ipc.h): an exported allocation as plain bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpumem_ipc_handle_t {
+    pub bytes: [u8; 192],
+}
+
+/// `gpumem_ipc_info_t` (ipc.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpumem_ipc_info_t {
+    pub struct_size: usize,
+    pub exported: u64,
+    pub held: u64,
+    pub held_bytes: u64,
+    pub imports: u64,
+    pub open_segments: u64,
+    pub open_bytes: u64,
+    pub segment_opens: u64,
+}
+
 // cupy.h
 
 /// `gpumem_cupy_target_t` (cupy.h): the allocator and stream behind CuPy's `param`.
@@ -780,6 +805,27 @@ extern "C" {
         out_allocator: *mut *mut gpumem_allocator_t,
     ) -> gpumem_status_t;
     pub fn gpumem_vm_get_info(allocator: *mut gpumem_allocator_t, out_info: *mut gpumem_vm_info_t) -> gpumem_status_t;
+
+    // ipc.h (file descriptors are `c_int`)
+    pub fn gpumem_ipc_export(
+        allocator: *mut gpumem_allocator_t,
+        ptr: *mut c_void,
+        out_handle: *mut gpumem_ipc_handle_t,
+        out_fd_count: *mut usize,
+    ) -> gpumem_status_t;
+    pub fn gpumem_ipc_export_fds(handle: *const gpumem_ipc_handle_t, out_fds: *mut c_int, count: usize) -> gpumem_status_t;
+    pub fn gpumem_ipc_open(
+        handle: *const gpumem_ipc_handle_t,
+        fds: *const c_int,
+        fd_count: usize,
+        out_ptr: *mut *mut c_void,
+        out_size: *mut usize,
+    ) -> gpumem_status_t;
+    pub fn gpumem_ipc_close(ptr: *mut c_void) -> gpumem_status_t;
+    pub fn gpumem_ipc_send(socket: c_int, handle: *const gpumem_ipc_handle_t) -> gpumem_status_t;
+    pub fn gpumem_ipc_receive(socket: c_int, out_ptr: *mut *mut c_void, out_size: *mut usize) -> gpumem_status_t;
+    pub fn gpumem_ipc_collect(out_freed: *mut u64) -> gpumem_status_t;
+    pub fn gpumem_ipc_get_info(out_info: *mut gpumem_ipc_info_t) -> gpumem_status_t;
 
     // torch.h (`ptrdiff_t` is `isize`, PyTorch's `ssize_t` on LP64 Linux)
     pub fn gpumem_torch_alloc(size: isize, device: i32, stream: gpumem_stream_t) -> *mut c_void;
