@@ -19,6 +19,10 @@ SharedExtent Allocator::shared_extent(uintptr_t) {
        kind_);
 }
 
+int Allocator::shared_fd(uintptr_t) {
+  fail(GPUMEM_ERROR_NOT_SUPPORTED, "the %s allocator's memory has no file descriptors to share", kind_);
+}
+
 void Allocator::set_peer_access(int peer_device, bool) {
   fail(GPUMEM_ERROR_NOT_SUPPORTED, "the %s allocator's memory cannot be opened to device %d", kind_, peer_device);
 }

@@ -132,6 +132,9 @@ class Allocator : public gpumem_allocator_s {
   // Where the memory at p lies, for another process to open it; kinds whose memory cannot be
   // shared so refuse with GPUMEM_ERROR_NOT_SUPPORTED.
   virtual SharedExtent shared_extent(uintptr_t p);
+  // VM: a new descriptor (the caller's to close) for the physical allocation mapped at unit, the
+  // start of a unit of its shared_extent(), for another process to import.
+  virtual int shared_fd(uintptr_t unit);
 
   virtual Stats stats();
   virtual void reset_peaks();

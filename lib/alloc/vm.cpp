@@ -1,5 +1,11 @@
 #include "alloc/vm.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <algorithm>
 #include <iterator>
 #include <memory>
@@ -47,6 +53,7 @@ SharedExtent VmAllocator::shared_extent(uintptr_t p) {
 }
 
 VmAllocator::~VmAllocator() {
+  close_all(take_shared_fds(0, UINTPTR_MAX));
   // What a pool left reserved goes with the allocator; a destructor has no way to report a
   // failure, so the rest then goes with the process.
   std::vector<std::pair<uintptr_t, Reservation>> left(reservations_.begin(), reservations_.end());
@@ -62,6 +69,61 @@ VmAllocator::~VmAllocator() {
 }
 
 StreamOrder* VmAllocator::stream_order() { return cuda_stream_order(device()); }
+
+// ---- Sharing with other processes ------------------------------------------------------------
+
+namespace {
+constexpr size_t kMaxSharedFds = 1024;  // kept at once: a process's descriptors are limited
+
+int copy_fd(int fd) {
+  const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) fail(GPUMEM_ERROR_IO, "duplicating a descriptor of exported device memory: %s", strerror(errno));
+  return copy;
+}
+}  // namespace
+
+int VmAllocator::shared_fd(uintptr_t unit) {
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    if (const auto it = shared_fds_.find(unit); it != shared_fds_.end()) return copy_fd(it->second);
+  }
+  const driver::Api& a = driver::api();
+  if (!a.cuMemExportToShareableHandle || !a.cuMemRetainAllocationHandle)
+    fail(GPUMEM_ERROR_NOT_SUPPORTED, "the CUDA driver lacks cuMemExportToShareableHandle or cuMemRetainAllocationHandle");
+  driver::ContextScope scope(driver::primary_context(device()));
+  CUmemGenericAllocationHandle handle = 0;
+  driver::check(a.cuMemRetainAllocationHandle(&handle, pointer(unit)),
+                "cuMemRetainAllocationHandle (exporting device memory)");
+  int fd = -1;
+  const CUresult r = a.cuMemExportToShareableHandle(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  a.cuMemRelease(handle);
+  driver::check(r, "cuMemExportToShareableHandle (exporting device memory)");
+  int copy = -1;
+  try {
+    copy = copy_fd(fd);
+    std::lock_guard<SpinLock> lock(mutex_);
+    if (shared_fds_.size() < kMaxSharedFds && mapped_whole(unit, unit + 1) && shared_fds_.emplace(unit, fd).second)
+      return copy;
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  return copy;
+}
+
+std::vector<int> VmAllocator::take_shared_fds(uintptr_t lo, uintptr_t hi) {
+  std::vector<int> out;
+  for (auto it = shared_fds_.lower_bound(lo); it != shared_fds_.end() && it->first < hi;) {
+    out.push_back(it->second);
+    it = shared_fds_.erase(it);
+  }
+  return out;
+}
+
+void VmAllocator::close_all(const std::vector<int>& fds) noexcept {
+  for (int fd : fds) ::close(fd);
+}
 
 // ---- Addresses --------------------------------------------------------------------------------
 
@@ -207,6 +269,7 @@ void VmAllocator::unmap_memory(uintptr_t p, size_t size, bool counted, size_t pi
            bytes(size).c_str(), pointer(p), device());
     // Out of the spans first, so a change of peer access leaves it alone from here on.
     range = remove_span(p, p + size);
+    close_all(take_shared_fds(p, p + size));  // the memory goes: nothing may export it any more
   }
   const driver::Api& a = driver::api();
   size_t done = 0;  // bytes unmapped

@@ -30,6 +30,9 @@ class VmAllocator final : public RawAllocator, public Ranges {
   // The direct allocation at p, or the pool's range that holds it; memory is exportable when the
   // device can export it as a file descriptor.
   SharedExtent shared_extent(uintptr_t p) override;
+  // Exported once per mapping and kept (cuMemExportToShareableHandle costs about a millisecond),
+  // a copy each time; let go when the memory is unmapped or moved.
+  int shared_fd(uintptr_t unit) override;
 
   size_t unit() const override { return unit_; }
   size_t range_size() const override { return range_size_; }
@@ -89,6 +92,9 @@ class VmAllocator final : public RawAllocator, public Ranges {
   std::vector<Interval> mapped_within(uintptr_t lo, uintptr_t hi) const;
   void add_span(uintptr_t lo, uintptr_t hi, uintptr_t range);
   uintptr_t remove_span(uintptr_t lo, uintptr_t hi);  // of one span's part; returns its range
+  // The descriptors kept for units in [lo, hi), out of shared_fds_, for the caller to close.
+  std::vector<int> take_shared_fds(uintptr_t lo, uintptr_t hi);
+  static void close_all(const std::vector<int>& fds) noexcept;
 
   const size_t unit_;
   const size_t granularity_;  // the device's: direct allocations are rounded to it
@@ -97,6 +103,7 @@ class VmAllocator final : public RawAllocator, public Ranges {
   // Under mutex_.
   std::map<uintptr_t, Reservation> reservations_;
   std::map<uintptr_t, Span> mapped_;  // adjacent spans of one reservation are merged
+  std::map<uintptr_t, int> shared_fds_;  // by unit: kept by shared_fd(), a bounded number
   uint64_t reserved_bytes_ = 0;
   uint64_t mapped_bytes_ = 0;
   std::map<int, bool> peers_;     // devices given access (true), or whose access was taken away

@@ -51,6 +51,7 @@ void VmAllocator::move(uintptr_t from, uintptr_t to, size_t size, size_t& moved,
     // Out of the spans first, so a change of peer access leaves it alone from here on.
     std::lock_guard<SpinLock> lock(mutex_);
     from_range = remove_span(from, from + size);
+    close_all(take_shared_fds(from, from + size));
   } catch (...) {
     // No host memory to split the span: nothing moved, and the second mapping goes.
     try {

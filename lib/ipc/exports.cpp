@@ -185,23 +185,9 @@ void Exporter::fds(const gpumem_ipc_handle_t* handle, int* fds, size_t count) {
     const int ledger_copy = fcntl(ledger_fd, F_DUPFD_CLOEXEC, 0);
     if (ledger_copy < 0) fail(GPUMEM_ERROR_IO, "duplicating the IPC ledger's descriptor: %s", strerror(errno));
     made.push_back(ledger_copy);
-    if (w.kind == Kind::kVm) {
-      const driver::Api& api = driver::api();
-      require_entry(api.cuMemExportToShareableHandle, "cuMemExportToShareableHandle");
-      require_entry(api.cuMemRetainAllocationHandle, "cuMemRetainAllocationHandle");
-      driver::ContextScope scope(driver::primary_context(key.first->device()));
-      for (uint32_t i = 0; i < w.units(); ++i) {
-        const uintptr_t unit = w.segment + w.first_unit() + uint64_t{i} * w.unit;
-        CUmemGenericAllocationHandle h = 0;
-        driver::check(api.cuMemRetainAllocationHandle(&h, reinterpret_cast<void*>(unit)),
-                      "cuMemRetainAllocationHandle (exporting device memory)");
-        int fd = -1;
-        const CUresult r = api.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-        api.cuMemRelease(h);
-        driver::check(r, "cuMemExportToShareableHandle (exporting device memory)");
-        made.push_back(fd);
-      }
-    }
+    if (w.kind == Kind::kVm)
+      for (uint32_t i = 0; i < w.units(); ++i)
+        made.push_back(key.first->shared_fd(w.segment + w.first_unit() + uint64_t{i} * w.unit));
   } catch (...) {
     for (int fd : made) ::close(fd);
     done();

@@ -45,6 +45,9 @@ struct Ledger {
   std::unique_ptr<LedgerView> view;
   uint64_t opens = 0;
 };
+// Exporters whose ledger stays open here with nothing open from them, for their next handle
+// (opening one costs an open and a map of its file).
+constexpr size_t kKeptLedgers = 16;
 
 class Importer {
  public:
@@ -185,7 +188,7 @@ void* Importer::open(const gpumem_ipc_handle_t* handle, const int* fds, size_t f
     }
   } catch (...) {
     if (!slot_opens) slots_.erase({w.exporter, w.slot});
-    if (!ledger.opens) ledgers_.erase(w.exporter);
+    if (!ledger.view) ledgers_.erase(w.exporter);
     throw;
   }
 }
@@ -244,7 +247,8 @@ void Importer::close(void* p) {
         Ledger& l = self.ledgers_[slot.first];
         l.view->let_go(slot.second);
       }
-      if (--self.ledgers_[slot.first].opens == 0) self.ledgers_.erase(slot.first);
+      if (--self.ledgers_[slot.first].opens == 0 && self.ledgers_.size() > kKeptLedgers)
+        self.ledgers_.erase(slot.first);
     }
   } let_go{*this, slot};
   driver::ContextScope scope(driver::primary_context(s.device));

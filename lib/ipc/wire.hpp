@@ -42,8 +42,9 @@ struct Wire {
     return h;
   }
   void seal() { check = sum(); }
-  uint64_t first_unit() const { return offset / unit * unit; }
-  uint32_t units() const { return static_cast<uint32_t>((offset + size - 1) / unit - offset / unit + 1); }
+  // VM: the offset of the first unit the allocation touches, and how many it touches (0 for classic).
+  uint64_t first_unit() const { return unit ? offset / unit * unit : 0; }
+  uint32_t units() const { return unit ? static_cast<uint32_t>((offset + size - 1) / unit - offset / unit + 1) : 0; }
 
   // The handle's bytes, checked; throws INVALID_ARGUMENT for what is not a sealed handle.
   static Wire read(const gpumem_ipc_handle_t* handle) {

@@ -90,6 +90,7 @@ class Pool final : public alloc::Allocator {
   void set_peer_access(int peer_device, bool enable) override { upstream_->set_peer_access(peer_device, enable); }
   // The upstream's allocation (or, over ranges, range) that holds p, as the upstream shares it.
   alloc::SharedExtent shared_extent(uintptr_t p) override;
+  int shared_fd(uintptr_t unit) override { return upstream_->shared_fd(unit); }
   // Whether p lies in a block (or address range) the pool holds from its upstream, cached or in use.
   bool holds(const void* p);
   // A live pool built on upstream that holds p, or NULL: the upstream must not take p back from
