@@ -276,10 +276,18 @@ void fill_info(gpumem_ipc_info_t& out) {
 }
 
 void device_uuid(int device, uint8_t out[16]) {
-  CUuuid uuid;
-  require_entry(driver::api().cuDeviceGetUuid, "cuDeviceGetUuid");
-  driver::check(driver::api().cuDeviceGetUuid(&uuid, driver::cu_device(device)), "cuDeviceGetUuid");
-  std::memcpy(out, uuid.bytes, 16);
+  // Asked once per device: every export and every open wants it.
+  static std::mutex mutex;
+  static std::map<int, CUuuid> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = known.find(device);
+  if (it == known.end()) {
+    CUuuid uuid;
+    require_entry(driver::api().cuDeviceGetUuid, "cuDeviceGetUuid");
+    driver::check(driver::api().cuDeviceGetUuid(&uuid, driver::cu_device(device)), "cuDeviceGetUuid");
+    it = known.emplace(device, uuid).first;
+  }
+  std::memcpy(out, it->second.bytes, 16);
 }
 
 int device_with_uuid(const uint8_t uuid[16]) {

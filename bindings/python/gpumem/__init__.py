@@ -3,6 +3,7 @@
 The library is loaded on first use: from the path in GPUMEM_LIBRARY, else libgpumem.so.0 through
 the dynamic loader's search. Failing calls raise a subclass of gpumem.Error, one per status.
 """
+from . import ipc
 from ._lib import library
 from .allocator import (
     CUDA_POOL_KEEP_THRESHOLD,
@@ -67,6 +68,9 @@ from .errors import (
     StreamCapture,
 )
 from .functions import FunctionsAllocator
+from .ipc import Handle as IpcHandle
+from .ipc import Imported as IpcImported
+from .ipc import IpcInfo
 from .memory import (
     COPY_STAGING_LIMIT,
     STREAM_LEGACY,
@@ -181,6 +185,10 @@ __all__ = [
     "OutOfMemory",
     "StreamCapture",
     "FunctionsAllocator",
+    "ipc",
+    "IpcHandle",
+    "IpcImported",
+    "IpcInfo",
     "COPY_STAGING_LIMIT",
     "STREAM_LEGACY",
     "STREAM_PER_THREAD",

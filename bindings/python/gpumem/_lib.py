@@ -116,6 +116,15 @@ TABLE = [
     ("gpumem_vm_params_init", [POINTER(t.VmParams), c_size_t], _status),
     ("gpumem_allocator_create_vm", [POINTER(t.VmParams), _out_p], _status),
     ("gpumem_vm_get_info", [_p, POINTER(t.VmInfo)], _status),
+    # ipc.h (file descriptors and sockets are C ints)
+    ("gpumem_ipc_export", [_p, _p, POINTER(t.IpcHandle), POINTER(c_size_t)], _status),
+    ("gpumem_ipc_export_fds", [POINTER(t.IpcHandle), POINTER(c_int32), c_size_t], _status),
+    ("gpumem_ipc_open", [POINTER(t.IpcHandle), POINTER(c_int32), c_size_t, _out_p, POINTER(c_size_t)], _status),
+    ("gpumem_ipc_close", [_p], _status),
+    ("gpumem_ipc_send", [c_int32, POINTER(t.IpcHandle)], _status),
+    ("gpumem_ipc_receive", [c_int32, _out_p, POINTER(c_size_t)], _status),
+    ("gpumem_ipc_collect", [POINTER(c_uint64)], _status),
+    ("gpumem_ipc_get_info", [POINTER(t.IpcInfo)], _status),
     # cupy.h (int32_t is CuPy's int)
     ("gpumem_cupy_alloc", [_p, c_size_t, c_int32], c_void_p),
     ("gpumem_cupy_free", [_p, _p, c_int32], None),

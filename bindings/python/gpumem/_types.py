@@ -5,7 +5,7 @@ use to check both against the headers. Handles (allocators, arrays, streams, CUD
 `c_void_p`: Python sees them as ints.
 """
 import ctypes
-from ctypes import POINTER, c_bool, c_char, c_double, c_int32, c_size_t, c_uint32, c_uint64, c_void_p
+from ctypes import POINTER, c_bool, c_char, c_double, c_int32, c_size_t, c_uint8, c_uint32, c_uint64, c_void_p
 
 status_t = c_int32  # gpumem_status_t; statuses stay plain ints, never enums, at the boundary
 
@@ -159,6 +159,25 @@ class DeviceInfo(ctypes.Structure):
         ("pageable_memory_access", c_bool),
         ("host_register", c_bool),
         ("can_map_host_memory", c_bool),
+    ]
+
+
+class IpcHandle(ctypes.Structure):
+    _c_name_ = "gpumem_ipc_handle_t"
+    _fields_ = [("bytes", c_uint8 * 192)]  # GPUMEM_IPC_HANDLE_SIZE
+
+
+class IpcInfo(ctypes.Structure):
+    _c_name_ = "gpumem_ipc_info_t"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("exported", c_uint64),
+        ("held", c_uint64),
+        ("held_bytes", c_uint64),
+        ("imports", c_uint64),
+        ("open_segments", c_uint64),
+        ("open_bytes", c_uint64),
+        ("segment_opens", c_uint64),
     ]
 
 
@@ -344,6 +363,8 @@ STRUCTS = [
     CupyTarget,
     CudaPoolInfo,
     DeviceInfo,
+    IpcHandle,
+    IpcInfo,
     PinStats,
     PointerInfo,
     PoolParams,

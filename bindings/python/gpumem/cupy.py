@@ -22,6 +22,9 @@ Where CuPy has `cupy.cuda.memory.CFunctionAllocatorMemory` (CuPy 8 and later), C
 libgpumem's gpumem_cupy_alloc and gpumem_cupy_free itself (include/gpumem/cupy.h), through one
 `gpumem_cupy_target_t` per pool and stream, so that an allocation makes no call through ctypes and
 no Buffer; failures take the slower path, which raises gpumem's errors.
+
+Arrays of gpumem's memory are shared with other processes by export_array() and open_array(),
+over gpumem.ipc.
 """
 import collections.abc
 import contextlib
@@ -30,10 +33,10 @@ import gc
 import threading
 import weakref
 
-from . import _types
+from . import _types, ipc
 from ._lib import library
 from .allocator import Allocator, BlockState, Buffer, Pool, StreamReuse, _close_listeners
-from .errors import Error, OutOfMemory
+from .errors import Error, NotOwned, OutOfMemory
 from .raw import HostAllocFlags
 
 _lock = threading.Lock()
@@ -522,3 +525,60 @@ def record_stream(memory, stream):
     if buffer is None:
         raise ValueError(f"{memory!r} is not memory that gpumem allocated")
     library().gpumem_pool_record_stream(buffer.allocator.handle, buffer.ptr, getattr(stream, "ptr", stream))
+
+
+def export_array(array):
+    """Exports the memory of a CuPy array that gpumem allocated, for another process: (Handle,
+    meta), where meta, a dict of plain values (shape, dtype as its str, strides, and the array's
+    byte offset in the allocation), goes to open_array() beside the handle. The handle's
+    descriptors travel as gpumem.ipc says (send(), or Handle.fds()). Synchronizes the current
+    stream of the array's device first, so that the writes queued there are done before the other
+    process reads. ValueError for an empty array or memory gpumem did not allocate."""
+    cupy = _cupy()
+    data = array.data
+    mem = data.mem
+    if not mem.ptr:
+        raise ValueError("an empty array has no memory to share")
+    owner = getattr(mem, "_owner", None)
+    # The allocation's allocator: a Buffer's, else one of the pools CuPy called itself.
+    candidates = [owner.allocator] if isinstance(owner, Buffer) else [p for p in list(_served.values()) if not p.closed]
+    for allocator in candidates:
+        try:
+            handle = ipc.export(mem.ptr, allocator)
+            break
+        except NotOwned:
+            continue
+    else:
+        raise ValueError(f"the memory at {mem.ptr:#x} is not memory that gpumem allocated for CuPy")
+    with array.device:
+        cupy.cuda.get_current_stream().synchronize()
+    meta = {
+        "shape": tuple(array.shape),
+        "dtype": array.dtype.str,
+        "strides": tuple(array.strides),
+        "offset": data.ptr - mem.ptr,
+    }
+    return handle, meta
+
+
+def open_array(handle, fds, meta):
+    """The CuPy array another process exported with export_array(): `handle` (a Handle or its
+    bytes) and the descriptors that came with it (still the caller's to close), or an Imported
+    that gpumem.ipc.receive() opened (fds None); `meta` as export_array() gave it. The array
+    holds the import, which closes when CuPy frees the memory."""
+    cupy = _cupy()
+    imported = handle if isinstance(handle, ipc.Imported) else ipc.open(handle, fds)
+    dtype, shape, strides = cupy.dtype(meta["dtype"]), tuple(meta["shape"]), tuple(meta["strides"])
+    low = high = meta["offset"]
+    if 0 not in shape:  # the bytes the array reaches must lie in the import
+        high += dtype.itemsize
+        for n, stride in zip(shape, strides):
+            if stride > 0:
+                high += (n - 1) * stride
+            else:
+                low += (n - 1) * stride
+    if low < 0 or high > imported.size:
+        raise ValueError(f"the array ({meta}) reaches bytes {low} to {high}; the import holds {imported.size}")
+    memory = cupy.cuda.UnownedMemory(imported.ptr, imported.size, imported, imported.device)
+    pointer = cupy.cuda.MemoryPointer(memory, meta["offset"])
+    return cupy.ndarray(shape, dtype=dtype, memptr=pointer, strides=strides)
