@@ -30,7 +30,8 @@ int importer(int sock) {
       cudaIpcMemHandle_t h;
       if (read(sock, &h, sizeof h) != sizeof h) return 1;
       void* p = nullptr;
-      st = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess && cudaIpcCloseMemHandle(p) == cudaSuccess
+      st = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess) == cudaSuccess &&
+                   cudaIpcCloseMemHandle(p) == cudaSuccess
                ? GPUMEM_SUCCESS
                : GPUMEM_ERROR_DRIVER;
     } else {
@@ -120,7 +121,8 @@ int bench() {
   void* whole = nullptr;
   check(gpumem_alloc(device, 1 << 20, nullptr, &whole), "gpumem_alloc");
   const double whole_ours = median_us(n, [&](int) { imp.gpumem(device, whole); });
-  row("a 1 MiB allocation of the device allocator (cuMemAlloc)", whole_ours, median_us(n, [&](int) { imp.runtime(whole); }));
+  row("a 1 MiB allocation of the device allocator (cuMemAlloc)", whole_ours,
+      median_us(n, [&](int) { imp.runtime(whole); }));
 
   // Sub-allocations of one classic pool segment; the driver can only share the segment whole.
   gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
@@ -133,7 +135,7 @@ int bench() {
   check(gpumem_free(pool, block, nullptr), "gpumem_free");
   for (void*& p : small) check(gpumem_alloc(pool, 512, nullptr, &p), "gpumem_alloc");
   imp.gpumem(pool, small[n], 'k');  // its segment stays open there
-  void* segment = nullptr;  // the cuMemAlloc allocation that holds them
+  void* segment = nullptr;          // the cuMemAlloc allocation that holds them
   {
     gpumem_pointer_info_t info{};
     info.struct_size = sizeof info;
@@ -141,7 +143,8 @@ int bench() {
     segment = info.base;
   }
   const double sub_ours = median_us(n, [&](int i) { imp.gpumem(pool, small[i]); });
-  row("512 B of a classic pool's segment, opened there already", sub_ours, median_us(n, [&](int) { imp.runtime(segment); }));
+  row("512 B of a classic pool's segment, opened there already", sub_ours,
+      median_us(n, [&](int) { imp.runtime(segment); }));
 
   // The device pool (over VM by default): small allocations in a unit open there, then a large one.
   std::vector<void*> vm_small(n + 1);

@@ -55,14 +55,14 @@ typedef struct gpumem_ipc_handle_s {
 
 /** @brief What this process shares, from gpumem_ipc_get_info(). @since 0.4.0 */
 typedef struct gpumem_ipc_info_s {
-  size_t struct_size;       /**< `sizeof(gpumem_ipc_info_t)`. */
-  uint64_t exported;        /**< Allocations of this process with a handle not yet spent. */
-  uint64_t held;            /**< Of them, allocations freed here and kept for importers. */
-  uint64_t held_bytes;      /**< Their bytes (as allocated). */
-  uint64_t imports;         /**< Opens of other processes' memory not yet closed, each counted. */
-  uint64_t open_segments;   /**< Segments (or, over VM, units) those opens have mapped here. */
-  uint64_t open_bytes;      /**< Their bytes. */
-  uint64_t segment_opens;   /**< Segments and units mapped here since the process started. */
+  size_t struct_size;     /**< `sizeof(gpumem_ipc_info_t)`. */
+  uint64_t exported;      /**< Allocations of this process with a handle not yet spent. */
+  uint64_t held;          /**< Of them, allocations freed here and kept for importers. */
+  uint64_t held_bytes;    /**< Their bytes (as allocated). */
+  uint64_t imports;       /**< Opens of other processes' memory not yet closed, each counted. */
+  uint64_t open_segments; /**< Segments (or, over VM, units) those opens have mapped here. */
+  uint64_t open_bytes;    /**< Their bytes. */
+  uint64_t segment_opens; /**< Segments and units mapped here since the process started. */
 } gpumem_ipc_info_t;
 
 /**

@@ -89,7 +89,8 @@ int VmAllocator::shared_fd(uintptr_t unit) {
   }
   const driver::Api& a = driver::api();
   if (!a.cuMemExportToShareableHandle || !a.cuMemRetainAllocationHandle)
-    fail(GPUMEM_ERROR_NOT_SUPPORTED, "the CUDA driver lacks cuMemExportToShareableHandle or cuMemRetainAllocationHandle");
+    fail(GPUMEM_ERROR_NOT_SUPPORTED,
+         "the CUDA driver lacks cuMemExportToShareableHandle or cuMemRetainAllocationHandle");
   driver::ContextScope scope(driver::primary_context(device()));
   CUmemGenericAllocationHandle handle = 0;
   driver::check(a.cuMemRetainAllocationHandle(&handle, pointer(unit)),

@@ -102,7 +102,7 @@ class VmAllocator final : public RawAllocator, public Ranges {
   CUmemAllocationProp prop_{};
   // Under mutex_.
   std::map<uintptr_t, Reservation> reservations_;
-  std::map<uintptr_t, Span> mapped_;  // adjacent spans of one reservation are merged
+  std::map<uintptr_t, Span> mapped_;     // adjacent spans of one reservation are merged
   std::map<uintptr_t, int> shared_fds_;  // by unit: kept by shared_fd(), a bounded number
   uint64_t reserved_bytes_ = 0;
   uint64_t mapped_bytes_ = 0;

@@ -28,7 +28,8 @@ void destroy(gpumem_allocator_t* handle, bool force) {
                  static_cast<void*>(handle), a->device());
   if (const int users = a->users())
     gpumem::fail(GPUMEM_ERROR_BUSY,
-                 "%p is relied on %d time%s: as the upstream of a pool, a process default, a thread's override or memory exported to another process (gpumem_ipc_export)",
+                 "%p is relied on %d time%s: as the upstream of a pool, a process default, a thread's override or "
+                 "memory exported to another process (gpumem_ipc_export)",
                  static_cast<void*>(handle), users, users == 1 ? "" : "s");
   if (a->was_default()) gpumem::alloc::wait_for_default_calls();
   uint64_t count = 0, bytes = 0;

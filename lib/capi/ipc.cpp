@@ -1,15 +1,15 @@
 // Sharing memory between processes at the C boundary.
+#include "ipc/ipc.hpp"
 #include "capi/guard.hpp"
 #include "defaults/defaults.hpp"
-#include "ipc/ipc.hpp"
 
 using gpumem::require_out;
 using gpumem::capi::guard;
 
 extern "C" {
 
-GPUMEM_API gpumem_status_t gpumem_ipc_export(gpumem_allocator_t* allocator, void* ptr,
-                                             gpumem_ipc_handle_t* out_handle, size_t* out_fd_count) {
+GPUMEM_API gpumem_status_t gpumem_ipc_export(gpumem_allocator_t* allocator, void* ptr, gpumem_ipc_handle_t* out_handle,
+                                             size_t* out_fd_count) {
   return guard([&] {
     require_out(out_handle, "out_handle");
     *out_handle = {};
@@ -37,7 +37,9 @@ GPUMEM_API gpumem_status_t gpumem_ipc_open(const gpumem_ipc_handle_t* handle, co
   });
 }
 
-GPUMEM_API gpumem_status_t gpumem_ipc_close(void* ptr) { return guard([&] { gpumem::ipc::close(ptr); }); }
+GPUMEM_API gpumem_status_t gpumem_ipc_close(void* ptr) {
+  return guard([&] { gpumem::ipc::close(ptr); });
+}
 
 GPUMEM_API gpumem_status_t gpumem_ipc_send(int socket, const gpumem_ipc_handle_t* handle) {
   return guard([&] { gpumem::ipc::send(socket, handle); });

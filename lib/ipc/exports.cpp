@@ -32,7 +32,7 @@ struct Export {
   std::vector<uint32_t> slots;  // one per handle not yet spent
   bool held = false;            // freed by the caller, kept for importers
   gpumem_stream_t stream = nullptr;
-  int busy = 0;                 // descriptors being made for it: not to be freed meanwhile
+  int busy = 0;  // descriptors being made for it: not to be freed meanwhile
 };
 
 class Exporter {
@@ -63,16 +63,7 @@ class Exporter {
   std::chrono::steady_clock::time_point last_sweep_{};
 };
 
-// One per process; a child made by fork() starts with none of its parent's exports.
-Exporter* the_exporter = nullptr;
-Exporter& exporter() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    the_exporter = new Exporter;  // never destroyed: frees may come during exit
-    pthread_atfork(nullptr, nullptr, [] { the_exporter = new Exporter; });
-  });
-  return *the_exporter;
-}
+Exporter& exporter() { return per_process<Exporter>(); }
 
 bool hold_free(alloc::Allocator* a, void* p, gpumem_stream_t stream) { return exporter().hold(a, p, stream); }
 

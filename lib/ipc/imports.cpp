@@ -28,7 +28,7 @@ struct Segment {
   bool vm;
   uintptr_t base;  // here
   size_t size, unit;
-  bool own;        // this process's own memory, opened where it is
+  bool own;                             // this process's own memory, opened where it is
   uint64_t opens = 0;                   // classic and own: opens inside it
   std::map<uint64_t, uint64_t> mapped;  // VM: unit offset -> opens that touch it
 };
@@ -71,15 +71,7 @@ class Importer {
   uint64_t imports_ = 0, segment_opens_ = 0;
 };
 
-Importer* the_importer = nullptr;
-Importer& importer() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    the_importer = new Importer;  // never destroyed: closes may come during exit
-    pthread_atfork(nullptr, nullptr, [] { the_importer = new Importer; });
-  });
-  return *the_importer;
-}
+Importer& importer() { return per_process<Importer>(); }
 
 [[noreturn]] void driver_failed(CUresult r, const char* call, const Wire& w) {
   driver::throw_result(r, format("%s (opening %s of process %u's memory)", call, bytes(w.size).c_str(), w.pid));
@@ -93,7 +85,8 @@ Segment& Importer::map_segment(const Wire& w, int device, const int* fds) {
   auto it = segments_.find(key);
   const bool fresh = it == segments_.end();
   if (w.exporter == exporter_id()) {  // the driver refuses to open a process's own memory: it is here
-    if (fresh) it = segments_.emplace(key, Segment{device, false, uintptr_t(w.segment), w.segment_size, 0, true, 0, {}}).first;
+    if (fresh)
+      it = segments_.emplace(key, Segment{device, false, uintptr_t(w.segment), w.segment_size, 0, true, 0, {}}).first;
     ++it->second.opens;
     return it->second;
   }
@@ -159,7 +152,8 @@ void* Importer::open(const gpumem_ipc_handle_t* handle, const int* fds, size_t f
   if (fd_count != w.fd_count)
     fail(GPUMEM_ERROR_INVALID_ARGUMENT, "fd_count is %zu; the handle needs %u descriptors", fd_count, w.fd_count);
   for (size_t i = 0; i < fd_count; ++i)
-    if (fcntl(fds[i], F_GETFD) < 0) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "fds[%zu] (%d) is not an open descriptor", i, fds[i]);
+    if (fcntl(fds[i], F_GETFD) < 0)
+      fail(GPUMEM_ERROR_INVALID_ARGUMENT, "fds[%zu] (%d) is not an open descriptor", i, fds[i]);
   const int device = device_with_uuid(w.uuid);
   driver::ContextScope scope(driver::primary_context(device));
   std::lock_guard<std::mutex> lock(mutex_);
@@ -175,8 +169,7 @@ void* Importer::open(const gpumem_ipc_handle_t* handle, const int* fds, size_t f
     try {
       const Segment& s = map_segment(w, device, fds);
       void* p = reinterpret_cast<void*>(s.base + w.offset);
-      opens_[uintptr_t(p)].push_back(
-          Open{w.exporter, w.slot, w.segment, w.first_unit(), s.vm ? w.units() : 0});
+      opens_[uintptr_t(p)].push_back(Open{w.exporter, w.slot, w.segment, w.first_unit(), s.vm ? w.units() : 0});
       ++slot_opens;
       ++ledger.opens;
       ++imports_;

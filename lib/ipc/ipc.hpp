@@ -3,8 +3,11 @@
 // carried over a Unix-domain socket (socket.cpp).
 #pragma once
 
+#include <pthread.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 
 #include "alloc/allocator.hpp"
 #include "gpumem/ipc.h"
@@ -30,10 +33,24 @@ void* receive(int socket, size_t& size);
 void fill_exports(gpumem_ipc_info_t& out);
 void fill_info(gpumem_ipc_info_t& out);
 
+// One T per process, never destroyed (frees and closes may come during exit); a child made by
+// fork() starts with a new one, none of its parent's exports or opens.
+template <class T>
+T& per_process() {
+  static T* the = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    the = new T;
+    pthread_atfork(nullptr, nullptr, [] { the = new T; });
+  });
+  return *the;
+}
+
 // Refuses with NOT_SUPPORTED when the driver lacks an entry point (a driver older than it).
 template <class F>
 void require_entry(F* f, const char* name) {
-  if (!f) fail(GPUMEM_ERROR_NOT_SUPPORTED, "the CUDA driver lacks %s, which sharing memory between processes needs", name);
+  if (!f)
+    fail(GPUMEM_ERROR_NOT_SUPPORTED, "the CUDA driver lacks %s, which sharing memory between processes needs", name);
 }
 
 // The device's UUID as the driver gives it, and the device of this process with that UUID

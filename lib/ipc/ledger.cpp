@@ -54,8 +54,7 @@ uint32_t Ledger::take(uint64_t serial) {
   } else if (next_ < kLedgerSlots) {
     slot = next_++;
   } else {
-    fail(GPUMEM_ERROR_OUT_OF_MEMORY, "this process has %u IPC handles out, the most it may have at once",
-         kLedgerSlots);
+    fail(GPUMEM_ERROR_OUT_OF_MEMORY, "this process has %u IPC handles out, the most it may have at once", kLedgerSlots);
   }
   slots_[slot].claimed.store(0, std::memory_order_relaxed);
   slots_[slot].serial.store(serial, std::memory_order_release);

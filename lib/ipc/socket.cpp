@@ -66,8 +66,10 @@ void receive_part(int socket, void* data, size_t size, std::vector<int>& fds) {
     if (n < 0) fail(GPUMEM_ERROR_IO, "receiving an IPC handle on socket %d: %s", socket, strerror(errno));
     if (n == 0) fail(GPUMEM_ERROR_IO, "receiving an IPC handle on socket %d: the other end closed it", socket);
     if (msg.msg_flags & MSG_CTRUNC)
-      fail(GPUMEM_ERROR_IO, "receiving an IPC handle on socket %d: descriptors were lost (the process's limit on "
-           "open files?)", socket);
+      fail(GPUMEM_ERROR_IO,
+           "receiving an IPC handle on socket %d: descriptors were lost (the process's limit on "
+           "open files?)",
+           socket);
     done += static_cast<size_t>(n);
   }
 }

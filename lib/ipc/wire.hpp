@@ -16,21 +16,21 @@ struct Wire {
   uint32_t magic;
   uint16_t version;
   Kind kind;
-  uint8_t uuid[16];       // the memory's device
-  uint64_t exporter;      // the exporting process's id, random: with segment, what an importer opens once
-  uint32_t pid;           // the exporter's, for details
-  uint32_t slot;          // in the exporter's ledger
-  uint64_t serial;        // the export the slot must still stand for
-  uint64_t segment;       // the exporter's address of the cuMemAlloc allocation or VM range
+  uint8_t uuid[16];   // the memory's device
+  uint64_t exporter;  // the exporting process's id, random: with segment, what an importer opens once
+  uint32_t pid;       // the exporter's, for details
+  uint32_t slot;      // in the exporter's ledger
+  uint64_t serial;    // the export the slot must still stand for
+  uint64_t segment;   // the exporter's address of the cuMemAlloc allocation or VM range
   uint64_t segment_size;
-  uint64_t offset;        // of the allocation in the segment
-  uint64_t size;          // of the allocation, as asked
-  uint64_t unit;          // VM: bytes of each physical allocation, from the segment's start
-  uint32_t fd_count;      // the ledger's, then one per unit the allocation touches
-  int32_t device;         // the exporter's number of the device, for details
-  uint8_t ipc[64];        // classic: the driver's CUipcMemHandle
+  uint64_t offset;    // of the allocation in the segment
+  uint64_t size;      // of the allocation, as asked
+  uint64_t unit;      // VM: bytes of each physical allocation, from the segment's start
+  uint32_t fd_count;  // the ledger's, then one per unit the allocation touches
+  int32_t device;     // the exporter's number of the device, for details
+  uint8_t ipc[64];    // classic: the driver's CUipcMemHandle
   uint8_t reserved[24];
-  uint64_t check;         // of every byte before it
+  uint64_t check;  // of every byte before it
 
   static constexpr uint32_t kMagic = 0x50494d47;  // "GMIP"
   static constexpr uint16_t kVersion = 1;

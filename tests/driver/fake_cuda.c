@@ -825,8 +825,8 @@ static CUresult CUDAAPI fake_cuMemCreate(CUmemGenericAllocationHandle* handle, s
   ++create_calls;
   if (size <= FAKE_FREE_MEMORY - vmm_held[dev] &&
       grow((void**)&vmm_handles, &vmm_handle_capacity, vmm_handle_count, sizeof *vmm_handles)) {
-    vmm_handles[vmm_handle_count++] =
-        (struct vmm_allocation){size, dev, 0, 0, prop->requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+    vmm_handles[vmm_handle_count++] = (struct vmm_allocation){
+        size, dev, 0, 0, prop->requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
     vmm_held[dev] += size;
     *handle = vmm_handle_count;
     r = CUDA_SUCCESS;

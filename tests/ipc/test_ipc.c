@@ -12,7 +12,7 @@
 
 #include "test_util.h"
 
-static bool model;  /* over the fake driver: no bytes to check */
+static bool model; /* over the fake driver: no bytes to check */
 static gpumem_allocator_t* vm_upstream;
 
 /* ---- The importer ----------------------------------------------------------------------------- */
@@ -70,8 +70,8 @@ static int importer(int sock) {
         break;
       case OP_INFO: {
         gpumem_ipc_info_t info;
-  memset(&info, 0, sizeof info);
-  info.struct_size = sizeof info;
+        memset(&info, 0, sizeof info);
+        info.struct_size = sizeof info;
         r.status = gpumem_ipc_get_info(&info);
         r.value = info.imports;
         r.segments = info.open_segments;
@@ -433,7 +433,7 @@ static void test_ipc_bad_input(void** state) {
   assert_detail_contains("is not the exporter's IPC ledger");
   assert_int_equal(info_here().imports, 0);
   assert_status(gpumem_allocator_destroy(a), GPUMEM_ERROR_BUSY); /* exported, in use */
-  assert_ok(gpumem_free(a, p, NULL)); /* never opened: held */
+  assert_ok(gpumem_free(a, p, NULL));                            /* never opened: held */
   assert_int_equal(info_here().held, 1);
   assert_status(gpumem_allocator_destroy(a), GPUMEM_ERROR_BUSY);
   assert_detail_contains("exported to another process");
