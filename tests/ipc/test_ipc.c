@@ -99,12 +99,17 @@ struct child {
   int sock;
 };
 
-static struct child start_importer(void) {
+/* sees_one: the importer sees only the first device (CUDA_VISIBLE_DEVICES, or the fake's count). */
+static struct child start_importer_seeing(bool sees_one) {
   int fds[2];
   assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
   const pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
+    if (sees_one) {
+      setenv("CUDA_VISIBLE_DEVICES", "0", 1);
+      setenv("FAKE_CUDA_DEVICE_COUNT", "1", 1);
+    }
     char fd[16];
     snprintf(fd, sizeof fd, "%d", dup(fds[1])); /* dup drops close-on-exec */
     execl("/proc/self/exe", "test_ipc", "importer", fd, (char*)NULL);
@@ -113,6 +118,7 @@ static struct child start_importer(void) {
   close(fds[1]);
   return (struct child){pid, fds[0]};
 }
+static struct child start_importer(void) { return start_importer_seeing(false); }
 
 static struct reply ask(struct child c, int op, int index, uint8_t byte) {
   struct request q = {op, index, byte};
@@ -123,7 +129,8 @@ static struct reply ask(struct child c, int op, int index, uint8_t byte) {
 }
 
 /* Sends ptr's handle to the importer, which opens it; returns its index there. */
-static int send_to(struct child c, gpumem_allocator_t* a, void* ptr, size_t size) {
+/* Sends ptr's handle to the importer, which opens it; returns its answer. */
+static struct reply offer(struct child c, gpumem_allocator_t* a, void* ptr) {
   gpumem_ipc_handle_t h;
   size_t fds = 0;
   assert_ok(gpumem_ipc_export(a, ptr, &h, &fds));
@@ -138,6 +145,12 @@ static int send_to(struct child c, gpumem_allocator_t* a, void* ptr, size_t size
     print_error("the importer ended (wait status %#x) instead of answering\n", status);
     fail();
   }
+  return r;
+}
+
+/* offer(), which must succeed; returns the index of the open there. */
+static int send_to(struct child c, gpumem_allocator_t* a, void* ptr, size_t size) {
+  const struct reply r = offer(c, a, ptr);
   if (r.status != GPUMEM_SUCCESS) print_error("importer: %s\n", r.detail);
   assert_int_equal(r.status, GPUMEM_SUCCESS);
   assert_int_equal(r.value, size);
@@ -391,6 +404,25 @@ static int exporter(int sock) {
   return 0;
 }
 
+/* Memory of a device the importer does not see is refused there, and the exporter keeps nothing. */
+static void test_ipc_device_not_seen(void** state) {
+  (void)state;
+  if (gpu_count() < 2) skip();
+  gpumem_vm_params_t params = GPUMEM_VM_PARAMS_INIT;
+  params.device = 1;
+  gpumem_allocator_t* vm = NULL;
+  assert_ok(gpumem_allocator_create_vm(&params, &vm));
+  void* p = NULL;
+  assert_ok(gpumem_alloc(vm, 4096, NULL, &p));
+  struct child c = start_importer_seeing(true);
+  const struct reply r = offer(c, vm, p);
+  assert_int_equal(r.status, GPUMEM_ERROR_INVALID_DEVICE);
+  assert_non_null(strstr(r.detail, "on a device this process does not see"));
+  stop_importer(c);
+  assert_ok(gpumem_free(vm, p, NULL)); /* sent, never opened: held */
+  assert_int_equal(info_here().held, 1);
+}
+
 /* Bad input: a forged handle, a damaged one, wrong descriptors, closing what is not open, memory
  * that cannot be shared; each a clear error that changes nothing. */
 static void test_ipc_bad_input(void** state) {
@@ -472,6 +504,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_ipc_freed_before_open_and_spent),
       cmocka_unit_test(test_ipc_importer_killed),
       cmocka_unit_test(test_ipc_exporter_killed),
+      cmocka_unit_test(test_ipc_device_not_seen),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
