@@ -189,7 +189,10 @@ static gpumem_allocator_t* make(enum kind k) {
   gpumem_pool_params_t p = GPUMEM_POOL_PARAMS_INIT;
   p.upstream = vm_upstream;
   if (k == CLASSIC_POOL) {
-    if (model) skip(); /* the fake driver has no cuMemAlloc memory */
+    if (model) {
+      print_message("the fake driver has no cuMemAlloc memory\n");
+      skip();
+    }
     assert_ok(gpumem_allocator_create_device(0, &classic_upstream));
     p.upstream = classic_upstream;
   }
@@ -367,7 +370,10 @@ static void test_ipc_importer_killed(void** state) {
 static void test_ipc_exporter_killed(void** state) {
   (void)state;
   require_gpu();
-  if (model) skip(); /* the fake's imported memory holds no bytes */
+  if (model) {
+    print_message("the fake driver's imported memory holds no bytes to check\n");
+    skip();
+  }
   /* The roles turn: a child exports to this process, then is killed. */
   int fds[2];
   assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
@@ -407,7 +413,10 @@ static int exporter(int sock) {
 /* Memory of a device the importer does not see is refused there, and the exporter keeps nothing. */
 static void test_ipc_device_not_seen(void** state) {
   (void)state;
-  if (gpu_count() < 2) skip();
+  if (gpu_count() < 2) {
+    print_message("needs two devices\n");
+    skip();
+  }
   gpumem_vm_params_t params = GPUMEM_VM_PARAMS_INIT;
   params.device = 1;
   gpumem_allocator_t* vm = NULL;
