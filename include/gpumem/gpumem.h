@@ -20,6 +20,7 @@
 #include "pin.h"
 #include "pointer.h"
 #include "pool.h"
+#include "tenant.h"
 #include "torch.h"
 #include "trace.h"
 #include "vm.h"

@@ -129,6 +129,8 @@ class Allocator : public gpumem_allocator_s {
     sizes_of(p, size, mem_size);
     return size;
   }
+  // Both sizes of the live allocation at p: as asked, and as accounted; 0 if there is none.
+  void live_sizes(void* p, size_t& size, size_t& mem_size) { sizes_of(p, size, mem_size); }
   // Where the memory at p lies, for another process to open it; kinds whose memory cannot be
   // shared so refuse with GPUMEM_ERROR_NOT_SUPPORTED.
   virtual SharedExtent shared_extent(uintptr_t p);
@@ -157,6 +159,11 @@ class Allocator : public gpumem_allocator_s {
   void add_pool() { pools_.fetch_add(1, std::memory_order_relaxed); }
   void remove_pool() { pools_.fetch_sub(1, std::memory_order_relaxed); }
   int pools() const { return pools_.load(std::memory_order_relaxed); }
+  // Tenants of this allocator (counted in users() too): a caller's free looks for a tenant that
+  // holds the memory only while there is one.
+  void add_tenant() { tenants_.fetch_add(1, std::memory_order_relaxed); }
+  void remove_tenant() { tenants_.fetch_sub(1, std::memory_order_relaxed); }
+  int tenants() const { return tenants_.load(std::memory_order_relaxed); }
   bool permanent() const { return permanent_; }
   // Set once it is made a process default: its destroy waits for calls that resolved NULL to it.
   bool was_default() const { return was_default_.load(std::memory_order_relaxed); }
@@ -220,6 +227,7 @@ class Allocator : public gpumem_allocator_s {
   const char* const kind_;
   std::atomic<int> users_{0};
   std::atomic<int> pools_{0};
+  std::atomic<int> tenants_{0};
   bool permanent_ = false;
   std::atomic<bool> was_default_{false};
   std::mutex hooks_mutex_;  // one trace start or stop at a time

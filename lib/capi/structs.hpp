@@ -66,6 +66,8 @@ GPUMEM_ABI_STRUCT(gpumem_pool_growth_info_t, "0.4", 64, 64, zeroed<gpumem_pool_g
 GPUMEM_ABI_STRUCT(gpumem_vm_params_t, "0.4", 32, 32, gpumem_vm_params_t GPUMEM_VM_PARAMS_INIT);
 GPUMEM_ABI_STRUCT(gpumem_vm_info_t, "0.4", 40, 40, zeroed<gpumem_vm_info_t>());
 GPUMEM_ABI_STRUCT(gpumem_ipc_info_t, "0.4", 64, 64, zeroed<gpumem_ipc_info_t>());
+GPUMEM_ABI_STRUCT(gpumem_tenant_params_t, "0.4", 48, 48, gpumem_tenant_params_t GPUMEM_TENANT_PARAMS_INIT);
+GPUMEM_ABI_STRUCT(gpumem_tenant_info_t, "0.4", 88, 88, zeroed<gpumem_tenant_info_t>());
 
 #undef GPUMEM_ABI_STRUCT
 

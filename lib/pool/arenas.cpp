@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "pool/pool_parts.hpp"
+#include "pool/tenant.hpp"
 
 namespace gpumem::pool {
 namespace {
@@ -39,6 +40,7 @@ Pool* Pool::holder_of(const alloc::Allocator* upstream, const void* p) {
 
 void Pool::free_from_caller(alloc::Allocator* a, void* p, gpumem_stream_t stream) {
   if (alloc::FreeHold hold = alloc::free_hold.load(std::memory_order_acquire); hold && hold(a, p, stream)) return;
+  if (a->tenants() > 0) Tenant::refuse_if_held(a, p);
   if (a->pools() > 0)
     if (const Pool* pool = holder_of(a, p))
       fail(GPUMEM_ERROR_NOT_OWNED,

@@ -1709,6 +1709,67 @@ static void bad_ipc_collect(void) {
 
 static void bad_ipc_get_info(void) { check_out_struct(call_ipc_get_info, NULL, sizeof(gpumem_ipc_info_t), "out_info"); }
 
+/* ---- Tenants ---------------------------------------------------------------------------------- */
+
+static gpumem_status_t init_tenant_params(void* out, size_t size) { return gpumem_tenant_params_init(out, size); }
+static void bad_tenant_params_init(void) {
+  check_init(init_tenant_params, sizeof(gpumem_tenant_params_t), "params");
+}
+
+static gpumem_status_t call_tenant_create_in(void* ctx, const void* in) {
+  (void)ctx;
+  gpumem_allocator_t* t = GARBAGE;
+  const gpumem_status_t st = gpumem_tenant_create(in, &t);
+  assert_null(t);
+  return st;
+}
+static gpumem_status_t call_tenant_create(void* h) {
+  gpumem_tenant_params_t params = GPUMEM_TENANT_PARAMS_INIT;
+  params.upstream = h;
+  return call_tenant_create_in(NULL, &params);
+}
+
+static void bad_tenant_create(void) {
+  gpumem_tenant_params_t valid = GPUMEM_TENANT_PARAMS_INIT;
+  valid.upstream = g_pool;
+  check_in_struct(call_tenant_create_in, NULL, &valid, sizeof valid, sizeof valid, "params");
+  REFUSED(gpumem_tenant_create(&valid, NULL), GPUMEM_ERROR_INVALID_ARGUMENT, "out_tenant is NULL");
+  gpumem_tenant_params_t p = valid;
+  p.limit = 4096;
+  p.soft_limit = 8192;
+  REFUSED(call_tenant_create_in(NULL, &p), GPUMEM_ERROR_INVALID_ARGUMENT, "soft_limit (8,192 bytes) is above limit");
+  p = valid;
+  p.upstream = NULL; /* device 0's pool */
+  if (!g_fake) REFUSED(call_tenant_create_in(NULL, &p), GPUMEM_ERROR_NO_DRIVER, NULL);
+  BAD_HANDLES(kAllocator, call_tenant_create, false);
+}
+
+static gpumem_status_t call_tenant_set_limits(void* h) { return gpumem_tenant_set_limits(h, 0, 0); }
+static gpumem_status_t call_tenant_get_info(void* h) {
+  gpumem_tenant_info_t i;
+  memset(&i, 0, sizeof i);
+  i.struct_size = sizeof i;
+  return gpumem_tenant_get_info(h, &i);
+}
+static gpumem_status_t call_tenant_get_info_out(void* ctx, void* out) { return gpumem_tenant_get_info(ctx, out); }
+
+static void bad_tenant_set_limits(void) {
+  BAD_HANDLES(kAllocator, call_tenant_set_limits, true);
+  REFUSED(call_tenant_set_limits(g_pool), GPUMEM_ERROR_INVALID_HANDLE, "not a tenant");
+}
+
+static void bad_tenant_get_info(void) {
+  gpumem_tenant_params_t params = GPUMEM_TENANT_PARAMS_INIT;
+  params.upstream = g_host;
+  gpumem_allocator_t* t = NULL;
+  ACCEPTED(gpumem_tenant_create(&params, &t));
+  check_out_struct(call_tenant_get_info_out, t, sizeof(gpumem_tenant_info_t), "out_info");
+  REFUSED(gpumem_tenant_set_limits(t, 4096, 8192), GPUMEM_ERROR_INVALID_ARGUMENT, "is above limit");
+  ACCEPTED(gpumem_allocator_destroy(t));
+  BAD_HANDLES(kAllocator, call_tenant_get_info, true);
+  REFUSED(call_tenant_get_info(g_host), GPUMEM_ERROR_INVALID_HANDLE, "not a tenant");
+}
+
 /* ---- Traces ----------------------------------------------------------------------------------- */
 
 static gpumem_status_t call_trace_start(void* h) {
@@ -2025,6 +2086,10 @@ static const entry_t kTable[] = {
     ENTRY(shutdown),
     ENTRY(status_name),
     ENTRY(status_string),
+    ENTRY(tenant_create),
+    ENTRY(tenant_get_info),
+    ENTRY(tenant_params_init),
+    ENTRY(tenant_set_limits),
     ENTRY(torch_alloc),
     ENTRY(torch_free),
     ENTRY(trace_reader_close),

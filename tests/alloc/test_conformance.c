@@ -23,29 +23,32 @@ typedef struct kind {
   bool host_accessible; /* the CPU may read and write the memory */
   int32_t device;       /* what gpumem_allocator_get_device says */
   size_t alignment;     /* every pointer is a multiple of this */
+  bool tenant;          /* a tenant (tenant.h) of create_raw's allocator, which it counts as raw kinds do */
 } kind_t;
 
 /* malloc promises 8 at least; CUDA allocations are aligned to 256 at least. */
 static const kind_t kinds[] = {
-    {"host", create_host, false, false, true, -1, 512},
-    {"pool_host", create_host, true, false, true, -1, 512},
-    {"functions", create_functions, false, false, true, -1, 8},
-    {"pool_functions", create_functions, true, false, true, -1, 8},
-    {"device", create_device, false, true, false, 0, 256},
-    {"device_async", create_device_async, false, true, false, 0, 256},
-    {"device_async_default_pool", create_device_async_default_pool, false, true, false, 0, 256},
-    {"managed", create_managed, false, true, true, 0, 256},
-    {"pinned", create_pinned, false, true, true, -1, 256},
-    {"pool_device", create_device, true, true, false, 0, 256},
-    {"pool_device_async", create_device_async, true, true, false, 0, 256},
-    {"pool_device_async_default_pool", create_device_async_default_pool, true, true, false, 0, 256},
-    {"pool_managed", create_managed, true, true, true, 0, 256},
-    {"pool_pinned", create_pinned, true, true, true, -1, 256},
-    {"cuda_pool_new", create_cuda_pool_new, false, true, false, 0, 256},
-    {"cuda_pool_default", create_cuda_pool_default, false, true, false, 0, 256},
-    {"pool_cuda_pool_new", create_cuda_pool_new, true, true, false, 0, 256},
-    {"vm", create_vm, false, true, false, 0, 256},
-    {"pool_vm", create_vm, true, true, false, 0, 256},
+    {"host", create_host, false, false, true, -1, 512, false},
+    {"pool_host", create_host, true, false, true, -1, 512, false},
+    {"functions", create_functions, false, false, true, -1, 8, false},
+    {"pool_functions", create_functions, true, false, true, -1, 8, false},
+    {"device", create_device, false, true, false, 0, 256, false},
+    {"device_async", create_device_async, false, true, false, 0, 256, false},
+    {"device_async_default_pool", create_device_async_default_pool, false, true, false, 0, 256, false},
+    {"managed", create_managed, false, true, true, 0, 256, false},
+    {"pinned", create_pinned, false, true, true, -1, 256, false},
+    {"pool_device", create_device, true, true, false, 0, 256, false},
+    {"pool_device_async", create_device_async, true, true, false, 0, 256, false},
+    {"pool_device_async_default_pool", create_device_async_default_pool, true, true, false, 0, 256, false},
+    {"pool_managed", create_managed, true, true, true, 0, 256, false},
+    {"pool_pinned", create_pinned, true, true, true, -1, 256, false},
+    {"cuda_pool_new", create_cuda_pool_new, false, true, false, 0, 256, false},
+    {"cuda_pool_default", create_cuda_pool_default, false, true, false, 0, 256, false},
+    {"pool_cuda_pool_new", create_cuda_pool_new, true, true, false, 0, 256, false},
+    {"vm", create_vm, false, true, false, 0, 256, false},
+    {"pool_vm", create_vm, true, true, false, 0, 256, false},
+    {"tenant_host", create_host, false, false, true, -1, 512, true},
+    {"tenant_device", create_device, false, true, false, 0, 256, true},
 };
 
 static const kind_t* kind; /* the kind under test, from argv[1] */
@@ -60,6 +63,15 @@ static gpumem_allocator_t* make(gpumem_allocator_t** out_upstream) {
   assert_ok(kind->create_raw(&raw));
   assert_non_null(raw);
   *out_upstream = NULL;
+  if (kind->tenant) {
+    gpumem_tenant_params_t params = GPUMEM_TENANT_PARAMS_INIT;
+    params.upstream = raw;
+    params.name = "conformance";
+    gpumem_allocator_t* tenant = NULL;
+    assert_ok(gpumem_tenant_create(&params, &tenant));
+    *out_upstream = raw;
+    return tenant;
+  }
   if (!kind->pool) return raw;
   gpumem_pool_params_t params = GPUMEM_POOL_PARAMS_INIT;
   params.upstream = raw;
