@@ -359,14 +359,14 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_set_device_config(const 
  * A free on a stream other than the allocation's is fenced the same way without this call. On a
  * pool over memory no stream's work touches (plain host memory, a caller's functions), only
  * @p ptr is checked.
- * @param[in] pool The pool that handed out @p ptr.
+ * @param[in] pool The pool that handed out @p ptr, or a tenant of a pool (tenant.h, since 0.4.0).
  * @param[in] ptr A live allocation of @p pool.
  * @param[in] stream The other stream; not ::GPUMEM_STREAM_PER_THREAD, which names another stream on
  *            each thread.
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p stream is ::GPUMEM_STREAM_PER_THREAD.
  * @retval GPUMEM_ERROR_NOT_OWNED @p ptr is not a live allocation of @p pool.
- * @retval GPUMEM_ERROR_INVALID_HANDLE @p pool is not a live pool.
+ * @retval GPUMEM_ERROR_INVALID_HANDLE @p pool is not a live pool or tenant of one.
  * @par Thread safety
  * Thread-safe: any thread, concurrently, including on the same handle.
  * @since 0.3.0

@@ -69,6 +69,38 @@ GPUMEM_API void* gpumem_torch_alloc(ptrdiff_t size, int32_t device, gpumem_strea
  */
 GPUMEM_API void gpumem_torch_free(void* ptr, ptrdiff_t size, int32_t device, gpumem_stream_t stream);
 
+/**
+ * @brief Chooses the allocator gpumem_torch_alloc() and gpumem_torch_free() use for a device, in
+ *        place of its default: a tenant of the device pool (tenant.h), so that PyTorch has a budget
+ *        and figures of its own on the pool the process shares. Kept busy (not destroyed) while set.
+ * Set it before PyTorch allocates on the device, and leave it while PyTorch holds memory from it:
+ * frees go to whichever allocator is set when they come.
+ * @param[in] device Device index.
+ * @param[in] allocator The allocator; NULL: the device's default again.
+ * @retval GPUMEM_SUCCESS
+ * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p device is negative or beyond 63.
+ * @retval GPUMEM_ERROR_INVALID_HANDLE @p allocator is not a live allocator.
+ * @par Thread safety
+ * Thread-safe: any thread, concurrently, including on the same handle.
+ * @since 0.4.0
+ */
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_torch_set_allocator(int32_t device, gpumem_allocator_t* allocator);
+
+/**
+ * @brief PyTorch's record-stream function (`Tensor.record_stream`): marks memory from
+ *        gpumem_torch_alloc() as used on @p stream too, so that its free is fenced on that stream
+ *        before the memory is handed out again (gpumem_pool_record_stream()).
+ * `gpumem.torch.install()` hands it to PyTorch's pluggable allocator. A failure (memory not from
+ * gpumem_torch_alloc(), an allocator that is not a pool or a tenant of one) changes nothing and is
+ * reported only through gpumem_last_error_detail().
+ * @param[in] ptr The start of memory from gpumem_torch_alloc().
+ * @param[in] stream The other stream.
+ * @par Thread safety
+ * Thread-safe: any thread, concurrently, including on the same handle.
+ * @since 0.4.0
+ */
+GPUMEM_API void gpumem_torch_record_stream(void* ptr, gpumem_stream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,6 +6,13 @@
 #include "gpumem/cupy.h"
 #include "gpumem/torch.h"
 #include "pool/pool.hpp"
+#include "pool/tenant.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+
+#include "driver/driver.hpp"
 
 using gpumem::fail;
 using gpumem::alloc::Allocator;
@@ -19,6 +26,16 @@ namespace {
 gpumem::alloc::Resolved default_of(int32_t device) {
   if (device < 0) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "device is %d; devices are numbered from 0", device);
   return gpumem::alloc::default_for(device);
+}
+
+// gpumem_torch_set_allocator()'s choice for each device; NULL: the device's default.
+constexpr int kTorchDevices = 64;
+std::array<std::atomic<Allocator*>, kTorchDevices> torch_allocators{};
+
+gpumem::alloc::Resolved torch_allocator(int32_t device) {
+  if (device >= 0 && device < kTorchDevices)
+    if (Allocator* a = torch_allocators[device].load(std::memory_order_acquire)) return gpumem::alloc::Resolved(a);
+  return default_of(device);
 }
 
 gpumem_cupy_target_t target_of(const void* target) {
@@ -39,7 +56,7 @@ GPUMEM_API void* gpumem_torch_alloc(ptrdiff_t size, int32_t device, gpumem_strea
     if (size < 0) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "size is %td; PyTorch asks for 0 bytes or more", size);
     // PyTorch asks for 0 bytes for an empty tensor and takes NULL as a failure, while gpumem
     // refuses a size of 0: an empty tensor gets the smallest block.
-    ptr = default_of(device)->allocate(size > 0 ? static_cast<size_t>(size) : 1, stream);
+    ptr = torch_allocator(device)->allocate(size > 0 ? static_cast<size_t>(size) : 1, stream);
   });
   return ptr;
 }
@@ -48,7 +65,35 @@ GPUMEM_API void gpumem_torch_free(void* ptr, ptrdiff_t size, int32_t device, gpu
   (void)size;
   // The status has nowhere to go: the guard leaves its detail for gpumem_last_error_detail().
   (void)guard([&] {
-    if (ptr) gpumem::pool::Pool::free_from_caller(default_of(device), ptr, stream);
+    if (ptr) gpumem::pool::Pool::free_from_caller(torch_allocator(device), ptr, stream);
+  });
+}
+
+GPUMEM_API gpumem_status_t gpumem_torch_set_allocator(int32_t device, gpumem_allocator_t* allocator) {
+  return guard([&] {
+    if (device < 0 || device >= kTorchDevices)
+      fail(GPUMEM_ERROR_INVALID_ARGUMENT, "device is %d; PyTorch's devices here are 0 to %d", device,
+           kTorchDevices - 1);
+    Allocator* a = allocator ? Allocator::from(allocator) : nullptr;
+    if (a) a->retain();
+    if (Allocator* old = torch_allocators[device].exchange(a, std::memory_order_acq_rel)) old->unretain();
+  });
+}
+
+GPUMEM_API void gpumem_torch_record_stream(void* ptr, gpumem_stream_t stream) {
+  (void)guard([&] {
+    if (!ptr) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "ptr is NULL");
+    // PyTorch names no device: the one whose allocator holds the memory.
+    const int n = std::min(gpumem::driver::device_count(), kTorchDevices);
+    for (int d = 0; d < n; ++d) {
+      const gpumem::alloc::Resolved resolved = torch_allocator(d);
+      Allocator* a = resolved;
+      const bool held = dynamic_cast<gpumem::pool::Tenant*>(a) ? static_cast<gpumem::pool::Tenant*>(a)->holds(ptr)
+                        : dynamic_cast<gpumem::pool::Pool*>(a) ? static_cast<gpumem::pool::Pool*>(a)->holds(ptr)
+                                                               : false;
+      if (held) return gpumem::pool::record_stream(a, ptr, stream);
+    }
+    fail(GPUMEM_ERROR_NOT_OWNED, "%p is not memory of gpumem_torch_alloc on any device", ptr);
   });
 }
 

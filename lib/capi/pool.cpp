@@ -11,6 +11,7 @@
 #include "defaults/pool_config.hpp"
 #include "defaults/pool_limit.hpp"
 #include "pool/pool.hpp"
+#include "pool/tenant.hpp"
 
 using gpumem::fail;
 using gpumem::require;
@@ -131,7 +132,7 @@ GPUMEM_API gpumem_status_t gpumem_pool_set_device_config(const char* config) {
 }
 
 GPUMEM_API gpumem_status_t gpumem_pool_record_stream(gpumem_allocator_t* pool, void* ptr, gpumem_stream_t stream) {
-  return guard([&] { pool_from(pool)->record_stream(ptr, stream); });
+  return guard([&] { gpumem::pool::record_stream(Allocator::from(pool), ptr, stream); });
 }
 
 GPUMEM_API gpumem_status_t gpumem_reclaim_add(gpumem_reclaim_fn reclaim, void* user_data, uint64_t* out_id) {

@@ -19,8 +19,9 @@ void Tenant::refuse_if_held(const alloc::Allocator* upstream, const void* p) {
   std::lock_guard<std::mutex> lock(registry_mutex);
   for (Tenant* t : registry())
     if (t->upstream_ == upstream && t->holds(p))
-      fail(GPUMEM_ERROR_NOT_OWNED, "%p was allocated through the tenant '%s' of this allocator: free it through that tenant",
-           p, t->name_.c_str());
+      fail(GPUMEM_ERROR_NOT_OWNED,
+           "%p was allocated through the tenant '%s' of this allocator: free it through that tenant", p,
+           t->name_.c_str());
 }
 
 bool Tenant::holds(const void* p) {
@@ -151,8 +152,7 @@ void Tenant::do_deallocate(void* p, gpumem_stream_t stream) {
     std::lock_guard<SpinLock> lock(mutex_);
     const auto it = live_.find(p);
     if (it == live_.end())
-      fail(GPUMEM_ERROR_NOT_OWNED, "%p was not allocated by this tenant ('%s'), or is freed already", p,
-           name_.c_str());
+      fail(GPUMEM_ERROR_NOT_OWNED, "%p was not allocated by this tenant ('%s'), or is freed already", p, name_.c_str());
     l = it->second;
     live_.erase(it);
     stats_.on_free(l.mem_size, l.size);
@@ -204,6 +204,19 @@ void Tenant::free_all_live() {
     }
   }
   if (first) std::rethrow_exception(first);
+}
+
+void record_stream(alloc::Allocator* a, void* p, gpumem_stream_t stream) {
+  if (auto* t = dynamic_cast<Tenant*>(a)) {
+    if (!t->holds(p))
+      fail(GPUMEM_ERROR_NOT_OWNED, "%p is not a live allocation of the tenant '%s'", p, t->name().c_str());
+    a = t->upstream();
+  }
+  auto* pool = dynamic_cast<Pool*>(a);
+  if (!pool)
+    fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is a %s allocator, not a pool or a tenant of one",
+         static_cast<void*>(static_cast<gpumem_allocator_s*>(a)), a->kind());
+  pool->record_stream(p, stream);
 }
 
 }  // namespace gpumem::pool

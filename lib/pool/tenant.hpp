@@ -64,4 +64,8 @@ class Tenant final : public alloc::Allocator {
   tsl::robin_map<void*, Live, alloc::AddressHash> live_;
 };
 
+// gpumem_pool_record_stream() on a pool, or on a tenant of one (its memory is the pool's): throws
+// INVALID_HANDLE for other kinds, NOT_OWNED for memory that is not a live allocation of a.
+void record_stream(alloc::Allocator* a, void* p, gpumem_stream_t stream);
+
 }  // namespace gpumem::pool

@@ -1712,9 +1712,7 @@ static void bad_ipc_get_info(void) { check_out_struct(call_ipc_get_info, NULL, s
 /* ---- Tenants ---------------------------------------------------------------------------------- */
 
 static gpumem_status_t init_tenant_params(void* out, size_t size) { return gpumem_tenant_params_init(out, size); }
-static void bad_tenant_params_init(void) {
-  check_init(init_tenant_params, sizeof(gpumem_tenant_params_t), "params");
-}
+static void bad_tenant_params_init(void) { check_init(init_tenant_params, sizeof(gpumem_tenant_params_t), "params"); }
 
 static gpumem_status_t call_tenant_create_in(void* ctx, const void* in) {
   (void)ctx;
@@ -1900,6 +1898,22 @@ static void bad_torch_free(void) {
   REFUSED_SILENTLY(gpumem_torch_free(bytes, 64, -1, NULL), "device is -1");
   REFUSED_SILENTLY(gpumem_torch_free(bytes, 64, 1000, NULL), NULL);
   REFUSED_SILENTLY(gpumem_torch_free(bytes, 64, 0, NULL), NULL); /* not the default's */
+}
+
+static gpumem_status_t call_torch_set_allocator(void* h) { return gpumem_torch_set_allocator(0, h); }
+static void bad_torch_set_allocator(void) {
+  REFUSED(gpumem_torch_set_allocator(-1, NULL), GPUMEM_ERROR_INVALID_ARGUMENT, "device is -1");
+  REFUSED(gpumem_torch_set_allocator(64, g_host), GPUMEM_ERROR_INVALID_ARGUMENT, "device is 64");
+  BAD_HANDLES(kAllocator, call_torch_set_allocator, false);
+  ACCEPTED(gpumem_torch_set_allocator(0, g_host)); /* kept busy while set */
+  REFUSED(gpumem_allocator_destroy(g_host), GPUMEM_ERROR_BUSY, NULL);
+  ACCEPTED(gpumem_torch_set_allocator(0, NULL));
+}
+
+static void bad_torch_record_stream(void) {
+  static char bytes[64];
+  REFUSED_SILENTLY(gpumem_torch_record_stream(NULL, NULL), "ptr is NULL");
+  REFUSED_SILENTLY(gpumem_torch_record_stream(bytes, NULL), NULL); /* no driver, or not torch's memory */
 }
 
 static gpumem_cupy_target_t g_target; /* for the handle checks */
@@ -2092,6 +2106,8 @@ static const entry_t kTable[] = {
     ENTRY(tenant_set_limits),
     ENTRY(torch_alloc),
     ENTRY(torch_free),
+    ENTRY(torch_record_stream),
+    ENTRY(torch_set_allocator),
     ENTRY(trace_reader_close),
     ENTRY(trace_reader_get_header),
     ENTRY(trace_reader_next),

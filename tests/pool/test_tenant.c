@@ -121,10 +121,10 @@ static void test_tenant_soft_budget(void** state) {
   gpumem_allocator_t* t = tenant("cupy", 0, MiB);
   void *cached = NULL, *p = NULL, *q = NULL;
   assert_ok(gpumem_pool_release(pool, NULL, GPUMEM_POOL_RELEASE_ALL_STREAMS)); /* what earlier tests cached */
-  assert_ok(gpumem_alloc(pool, 256 * KiB, NULL, &cached)); /* too small for what the tenant asks */
+  assert_ok(gpumem_alloc(pool, 256 * KiB, NULL, &cached));                     /* too small for what the tenant asks */
   assert_ok(gpumem_free(pool, cached, NULL));
   assert_int_equal(stats_of(pool).bytes_reserved, 256 * KiB); /* cached */
-  assert_ok(gpumem_alloc(t, 512 * KiB, NULL, &p));         /* below: the cache stays */
+  assert_ok(gpumem_alloc(t, 512 * KiB, NULL, &p));            /* below: the cache stays */
   assert_int_equal(info_of(t).soft_crossings, 0);
   assert_ok(gpumem_alloc(t, 2 * MiB, NULL, &q)); /* crosses it */
   gpumem_tenant_info_t i = info_of(t);

@@ -23,7 +23,7 @@ export library_path, status_name, status_string
 export driver_version, device_count, has_device, device_info, memory_info
 export Allocator, Buffer
 export host_allocator, device_allocator, device_async_allocator, managed_allocator, pinned_allocator
-export vm_allocator, cuda_pool_allocator, function_allocator, device_pool
+export vm_allocator, cuda_pool_allocator, function_allocator, device_pool, tenant, tenant_limits!, tenant_info
 export default_allocator, set_default_allocator!
 export reset_peaks!, limit_fraction!, stream_reuse!
 export record_stream, peer_access!, callback_errors, dropped_callback_errors

@@ -368,6 +368,45 @@ function pool(upstream::Allocator; limit::Integer = 0, limit_fraction::Real = 0.
 end
 
 """
+    tenant(upstream::Allocator; name = "tenant", limit = 0, soft_limit = 0)
+
+A tenant of `upstream` (`tenant.h`): an allocator of its own handing out `upstream`'s memory,
+which it keeps alive, with a hard budget `limit` and a soft one `soft_limit` (0: none) and its own
+statistics. Memory one tenant frees serves another at once.
+"""
+function tenant(upstream::Allocator; name::AbstractString = "tenant", limit::Integer = 0, soft_limit::Integer = 0)
+    ensure_open(upstream)
+    GC.@preserve name begin
+        params = init_struct(gpumem_tenant_params_init, gpumem_tenant_params_t; upstream = upstream.handle,
+                             limit = limit, soft_limit = soft_limit, name = Base.unsafe_convert(Cstring, name))
+        out = Ref{Ptr{gpumem_allocator_t}}(C_NULL)
+        GC.@preserve upstream check(gpumem_tenant_create(params, out))
+    end
+    retain!(upstream)
+    return Allocator(out[]; upstream = upstream)
+end
+
+"""
+    tenant_limits!(t::Allocator, limit, soft_limit = 0)
+
+Sets a tenant's budgets in bytes (0: none).
+"""
+tenant_limits!(t::Allocator, limit::Integer, soft_limit::Integer = 0) =
+    (ensure_open(t); check(gpumem_tenant_set_limits(t, limit, soft_limit)))
+
+"""
+    tenant_info(t::Allocator)
+
+A tenant's name, budgets and figures, as a [`gpumem_tenant_info_t`](@ref).
+"""
+function tenant_info(t::Allocator)
+    ensure_open(t)
+    out = out_struct(gpumem_tenant_info_t)
+    check(gpumem_tenant_get_info(t, out))
+    return out[]
+end
+
+"""
     device_pool(device = 0)
 
 The pool of a device, over its device allocator: made on first use, it lives as long as the

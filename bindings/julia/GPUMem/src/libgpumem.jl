@@ -608,6 +608,30 @@ struct gpumem_ipc_info_t
     segment_opens::UInt64
 end
 
+const GPUMEM_TENANT_NAME_SIZE = 32
+
+"How to make a tenant (`tenant.h`)."
+struct gpumem_tenant_params_t
+    struct_size::Csize_t
+    upstream::Ptr{gpumem_allocator_t}
+    device::Int32
+    limit::UInt64
+    soft_limit::UInt64
+    name::Cstring
+end
+
+"A tenant's budgets and figures (`tenant.h`), from `gpumem_tenant_get_info`."
+struct gpumem_tenant_info_t
+    struct_size::Csize_t
+    name::NTuple{32,Cchar}
+    limit::UInt64
+    soft_limit::UInt64
+    bytes_in_use::UInt64
+    peak_bytes_in_use::UInt64
+    refused::UInt64
+    soft_crossings::UInt64
+end
+
 ## Functions, in the order of the headers
 
 # core.h
@@ -863,12 +887,30 @@ gpumem_ipc_collect(out_freed) = ccall(@sym(:gpumem_ipc_collect), gpumem_status_t
 gpumem_ipc_get_info(out_info) =
     ccall(@sym(:gpumem_ipc_get_info), gpumem_status_t, (Ptr{gpumem_ipc_info_t},), out_info)
 
+# tenant.h
+gpumem_tenant_params_init(params, struct_size) =
+    ccall(@sym(:gpumem_tenant_params_init), gpumem_status_t, (Ptr{gpumem_tenant_params_t}, Csize_t), params,
+          struct_size)
+gpumem_tenant_create(params, out_tenant) =
+    ccall(@sym(:gpumem_tenant_create), gpumem_status_t, (Ref{gpumem_tenant_params_t}, Ptr{Ptr{gpumem_allocator_t}}),
+          params, out_tenant)
+gpumem_tenant_set_limits(tenant, limit, soft_limit) =
+    ccall(@sym(:gpumem_tenant_set_limits), gpumem_status_t, (Ptr{gpumem_allocator_t}, UInt64, UInt64), tenant,
+          limit, soft_limit)
+gpumem_tenant_get_info(tenant, out_info) =
+    ccall(@sym(:gpumem_tenant_get_info), gpumem_status_t, (Ptr{gpumem_allocator_t}, Ptr{gpumem_tenant_info_t}),
+          tenant, out_info)
+
 # torch.h (PyTorch's pluggable allocator; declared so that the package covers the whole ABI)
 gpumem_torch_alloc(size, device, stream) =
     ccall(@sym(:gpumem_torch_alloc), Ptr{Cvoid}, (Cptrdiff_t, Int32, gpumem_stream_t), size, device, stream)
 gpumem_torch_free(ptr, size, device, stream) =
     ccall(@sym(:gpumem_torch_free), Cvoid, (Ptr{Cvoid}, Cptrdiff_t, Int32, gpumem_stream_t), ptr, size, device,
           stream)
+gpumem_torch_set_allocator(device, allocator) =
+    ccall(@sym(:gpumem_torch_set_allocator), gpumem_status_t, (Int32, Ptr{gpumem_allocator_t}), device, allocator)
+gpumem_torch_record_stream(ptr, stream) =
+    ccall(@sym(:gpumem_torch_record_stream), Cvoid, (Ptr{Cvoid}, gpumem_stream_t), ptr, stream)
 
 # pin.h
 gpumem_pin(ptr, size, flags) =

@@ -75,6 +75,23 @@ fill_bytes!(buf::Buffer, value::UInt8) =
         close(host)  # again: nothing
     end
 
+    @testset "tenants" begin
+        p = pool(host_allocator())
+        t = tenant(p; name = "julia", limit = 1 << 20)
+        u = tenant(p; name = "other")
+        a = alloc(t, 512 << 10)
+        at = pointer(a)
+        gpumem_error(() -> alloc(t, 600 << 10), GPUMEM_ERROR_OUT_OF_MEMORY)
+        free(a)
+        b = alloc(u, 512 << 10)
+        @test pointer(b) == at # what one tenant freed serves the other at once
+        i = tenant_info(t)
+        @test (i.limit, i.refused, i.bytes_in_use) == (1 << 20, 1, 0)
+        tenant_limits!(t, 0)
+        @test tenant_info(t).limit == 0
+        free(b)
+    end
+
     @testset "host pool" begin
         host = host_allocator()
         p = pool(host)

@@ -514,6 +514,36 @@ pub struct gpumem_ipc_info_t {
     pub segment_opens: u64,
 }
 
+// tenant.h
+
+pub const GPUMEM_TENANT_NAME_SIZE: usize = 32;
+
+/// `gpumem_tenant_params_t` (tenant.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpumem_tenant_params_t {
+    pub struct_size: usize,
+    pub upstream: *mut gpumem_allocator_t,
+    pub device: i32,
+    pub limit: u64,
+    pub soft_limit: u64,
+    pub name: *const c_char,
+}
+
+/// `gpumem_tenant_info_t` (tenant.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpumem_tenant_info_t {
+    pub struct_size: usize,
+    pub name: [c_char; 32],
+    pub limit: u64,
+    pub soft_limit: u64,
+    pub bytes_in_use: u64,
+    pub peak_bytes_in_use: u64,
+    pub refused: u64,
+    pub soft_crossings: u64,
+}
+
 // cupy.h
 
 /// `gpumem_cupy_target_t` (cupy.h): the allocator and stream behind CuPy's `param`.
@@ -827,9 +857,20 @@ extern "C" {
     pub fn gpumem_ipc_collect(out_freed: *mut u64) -> gpumem_status_t;
     pub fn gpumem_ipc_get_info(out_info: *mut gpumem_ipc_info_t) -> gpumem_status_t;
 
+    // tenant.h
+    pub fn gpumem_tenant_params_init(params: *mut gpumem_tenant_params_t, struct_size: usize) -> gpumem_status_t;
+    pub fn gpumem_tenant_create(
+        params: *const gpumem_tenant_params_t,
+        out_tenant: *mut *mut gpumem_allocator_t,
+    ) -> gpumem_status_t;
+    pub fn gpumem_tenant_set_limits(tenant: *mut gpumem_allocator_t, limit: u64, soft_limit: u64) -> gpumem_status_t;
+    pub fn gpumem_tenant_get_info(tenant: *mut gpumem_allocator_t, out_info: *mut gpumem_tenant_info_t) -> gpumem_status_t;
+
     // torch.h (`ptrdiff_t` is `isize`, PyTorch's `ssize_t` on LP64 Linux)
     pub fn gpumem_torch_alloc(size: isize, device: i32, stream: gpumem_stream_t) -> *mut c_void;
     pub fn gpumem_torch_free(ptr: *mut c_void, size: isize, device: i32, stream: gpumem_stream_t);
+    pub fn gpumem_torch_set_allocator(device: i32, allocator: *mut gpumem_allocator_t) -> gpumem_status_t;
+    pub fn gpumem_torch_record_stream(ptr: *mut c_void, stream: gpumem_stream_t);
 
     // cupy.h (`target` is a `*mut gpumem_cupy_target_t`, passed through CuPy as its `void*` param)
     pub fn gpumem_cupy_alloc(target: *mut c_void, size: usize, device: i32) -> *mut c_void;

@@ -125,6 +125,26 @@ pub struct VmParams {
     pub map_unit: u64,
 }
 
+/// A tenant's budgets and figures ([`Allocator::tenant_info`], `gpumem_tenant_info_t`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TenantInfo {
+    /// Its name.
+    pub name: String,
+    /// Hard budget in bytes; 0 for none.
+    pub limit: u64,
+    /// Soft budget in bytes; 0 for none.
+    pub soft_limit: u64,
+    /// Bytes of its live allocations.
+    pub bytes_in_use: u64,
+    /// The most since it was made or its peaks were reset.
+    pub peak_bytes_in_use: u64,
+    /// Allocations its hard budget refused.
+    pub refused: u64,
+    /// Times it crossed its soft budget, each giving back the pool's cache.
+    pub soft_crossings: u64,
+}
+
 /// What a VM allocator holds ([`Allocator::vm_info`], `gpumem_vm_info_t`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -739,6 +759,48 @@ impl Allocator {
         raw.release_threshold = params.release_threshold;
         // SAFETY: `raw` is initialized (an external pool was promised live by its setter).
         create(|out| unsafe { sys::gpumem_allocator_create_cuda_pool(&raw, out) })
+    }
+
+    /// A tenant of `upstream` (tenant.h): an allocator of its own, with budgets (0: none) and its
+    /// own statistics, handing out `upstream`'s memory, which it keeps alive.
+    pub fn tenant(upstream: &Allocator, name: &str, limit: u64, soft_limit: u64) -> Result<Allocator> {
+        require_version()?;
+        let name = std::ffi::CString::new(name).map_err(|_| Error::new(crate::Status::INVALID_ARGUMENT, "name holds a NUL byte"))?;
+        let mut raw = sized_zeroed!(sys::gpumem_tenant_params_t);
+        // SAFETY: a valid struct and its size.
+        check(unsafe { sys::gpumem_tenant_params_init(&mut raw, mem::size_of::<sys::gpumem_tenant_params_t>()) })?;
+        raw.upstream = upstream.as_raw();
+        raw.limit = limit;
+        raw.soft_limit = soft_limit;
+        raw.name = name.as_ptr();
+        let mut out = ptr::null_mut();
+        // SAFETY: `raw` names a live upstream (kept below) and a name that outlives the call (copied).
+        check(unsafe { sys::gpumem_tenant_create(&raw, &mut out) })?;
+        Ok(Allocator::wrap(out, true, Some(upstream.clone()), Arc::default()))
+    }
+
+    /// Sets a tenant's budgets (0: none).
+    pub fn set_tenant_limits(&self, limit: u64, soft_limit: u64) -> Result<()> {
+        // SAFETY: a live handle.
+        check(unsafe { sys::gpumem_tenant_set_limits(self.as_raw(), limit, soft_limit) })
+    }
+
+    /// A tenant's name, budgets and figures.
+    pub fn tenant_info(&self) -> Result<TenantInfo> {
+        let mut raw = sized_zeroed!(sys::gpumem_tenant_info_t);
+        // SAFETY: a live handle and a valid struct with its size.
+        check(unsafe { sys::gpumem_tenant_get_info(self.as_raw(), &mut raw) })?;
+        // SAFETY: the library writes a NUL-terminated name within the array.
+        let name = unsafe { std::ffi::CStr::from_ptr(raw.name.as_ptr()) }.to_string_lossy().into_owned();
+        Ok(TenantInfo {
+            name,
+            limit: raw.limit,
+            soft_limit: raw.soft_limit,
+            bytes_in_use: raw.bytes_in_use,
+            peak_bytes_in_use: raw.peak_bytes_in_use,
+            refused: raw.refused,
+            soft_crossings: raw.soft_crossings,
+        })
     }
 
     /// Creates a pool handle over `upstream` (for [`Pool::new`](crate::Pool::new)).

@@ -63,7 +63,7 @@ mod trace;
 
 pub use allocator::{
     AddressRanges, Allocator, AllocatorFunctions, AllocatorStats, Buffer, CudaPoolInfo, CudaPoolParams, CudaPoolSource,
-    FunctionsResult, Hook, HookEvents, HookInfo, HostAllocFlags, ManagedFlags, PeerAccess, VmInfo, VmParams,
+    FunctionsResult, Hook, HookEvents, HookInfo, HostAllocFlags, ManagedFlags, PeerAccess, TenantInfo, VmInfo, VmParams,
 };
 pub use copy::{
     copy, copy_async, copy_from_slice, copy_from_slice_async, copy_staging_held, copy_staging_release, copy_to_slice,

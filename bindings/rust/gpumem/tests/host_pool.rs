@@ -280,3 +280,24 @@ fn devices_of_host_memory() {
     assert_eq!(pool.device_id().unwrap(), -1);
     assert!(host.is_owned() && pool.is_owned());
 }
+
+#[test]
+fn tenants_share_a_pool_within_their_budgets() {
+    let (_host, pool) = host_pool();
+    let torch = Allocator::tenant(&pool, "torch", 1 << 20, 0).unwrap();
+    let cupy = Allocator::tenant(&pool, "cupy", 0, 0).unwrap();
+    let a = torch.alloc(512 << 10).unwrap();
+    let at = a.as_ptr() as usize;
+    let err = torch.alloc(600 << 10).unwrap_err();
+    assert_eq!(err.status, Status::OUT_OF_MEMORY);
+    assert!(err.detail.contains("tenant 'torch'"), "{}", err.detail);
+    drop(a);
+    let b = cupy.alloc(512 << 10).unwrap(); // what torch freed, at once
+    assert_eq!(b.as_ptr() as usize, at);
+    let info = torch.tenant_info().unwrap();
+    assert_eq!(info.name, "torch");
+    assert_eq!((info.limit, info.refused, info.bytes_in_use), (1 << 20, 1, 0));
+    assert_eq!(cupy.tenant_info().unwrap().bytes_in_use, 512 << 10);
+    torch.set_tenant_limits(0, 0).unwrap();
+    assert_eq!(torch.tenant_info().unwrap().limit, 0);
+}
