@@ -25,7 +25,7 @@ def run(mode, steps):
         import gpumem.torch
 
         gpumem.torch.install()
-        gpumem.cupy.install()
+        gpumem.cupy.install(shared=True)  # a tenant of the device pool, as torch and numba
     import cupy
 
     numba_kernel = None

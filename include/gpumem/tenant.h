@@ -12,8 +12,8 @@
  * A tenant's statistics (gpumem_allocator_get_stats()) count its own allocations only; the pool's
  * count everyone's, so the tenants' bytes in use add up to at most the pool's at any moment. Memory
  * is freed through the tenant that allocated it; its upstream refuses it (it would not know the
- * tenant), and another tenant too. The drop-ins for PyTorch, CuPy and Numba make one tenant each on
- * the device pool.
+ * tenant), and another tenant too. The drop-ins for PyTorch and Numba make one tenant each on the
+ * device pool, CuPy's with `install(shared=True)`.
  */
 #ifndef GPUMEM_TENANT_H
 #define GPUMEM_TENANT_H

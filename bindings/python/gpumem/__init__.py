@@ -122,6 +122,7 @@ from .raw import (
     managed_prefetch,
     managed_range_info,
 )
+from .tenant import Tenant, TenantInfo
 from .trace import Trace, TraceEvent, TraceHeader, TraceReader, TraceRecord, read_trace, trace_start
 
 __version__ = "0.4.0"
@@ -234,6 +235,8 @@ __all__ = [
     "managed_alloc",
     "managed_prefetch",
     "managed_range_info",
+    "Tenant",
+    "TenantInfo",
     "Trace",
     "TraceEvent",
     "TraceHeader",

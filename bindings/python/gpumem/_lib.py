@@ -103,6 +103,11 @@ TABLE = [
     ("gpumem_pool_record_stream", [_p, _p, _p], _status),
     ("gpumem_reclaim_add", [t.reclaim_fn, _p, POINTER(c_uint64)], _status),
     ("gpumem_reclaim_remove", [c_uint64], _status),
+    # tenant.h
+    ("gpumem_tenant_params_init", [POINTER(t.TenantParams), c_size_t], _status),
+    ("gpumem_tenant_create", [POINTER(t.TenantParams), _out_p], _status),
+    ("gpumem_tenant_set_limits", [_p, c_uint64, c_uint64], _status),
+    ("gpumem_tenant_get_info", [_p, POINTER(t.TenantInfo)], _status),
     # cuda_pool.h
     ("gpumem_cuda_pool_params_init", [POINTER(t.CudaPoolParams), c_size_t], _status),
     ("gpumem_allocator_create_cuda_pool", [POINTER(t.CudaPoolParams), _out_p], _status),
@@ -131,6 +136,8 @@ TABLE = [
     # torch.h (ptrdiff_t is ssize_t, PyTorch's type, on LP64 Linux)
     ("gpumem_torch_alloc", [c_ssize_t, c_int32, _p], c_void_p),
     ("gpumem_torch_free", [_p, c_ssize_t, c_int32, _p], None),
+    ("gpumem_torch_set_allocator", [c_int32, _p], _status),
+    ("gpumem_torch_record_stream", [_p, _p], None),
     # pin.h
     ("gpumem_pin", [_p, c_size_t, c_uint32], _status),
     ("gpumem_unpin", [_p, c_size_t], _status),

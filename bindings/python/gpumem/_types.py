@@ -5,7 +5,7 @@ use to check both against the headers. Handles (allocators, arrays, streams, CUD
 `c_void_p`: Python sees them as ints.
 """
 import ctypes
-from ctypes import POINTER, c_bool, c_char, c_double, c_int32, c_size_t, c_uint8, c_uint32, c_uint64, c_void_p
+from ctypes import POINTER, c_bool, c_char, c_char_p, c_double, c_int32, c_size_t, c_uint8, c_uint32, c_uint64, c_void_p
 
 status_t = c_int32  # gpumem_status_t; statuses stay plain ints, never enums, at the boundary
 
@@ -266,6 +266,35 @@ class BlockInfo(ctypes.Structure):
     ]
 
 
+TENANT_NAME_SIZE = 32  # GPUMEM_TENANT_NAME_SIZE
+
+
+class TenantParams(ctypes.Structure):
+    _c_name_ = "gpumem_tenant_params_t"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("upstream", c_void_p),
+        ("device", c_int32),
+        ("limit", c_uint64),
+        ("soft_limit", c_uint64),
+        ("name", c_char_p),
+    ]
+
+
+class TenantInfo(ctypes.Structure):
+    _c_name_ = "gpumem_tenant_info_t"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("name", c_char * TENANT_NAME_SIZE),
+        ("limit", c_uint64),
+        ("soft_limit", c_uint64),
+        ("bytes_in_use", c_uint64),
+        ("peak_bytes_in_use", c_uint64),
+        ("refused", c_uint64),
+        ("soft_crossings", c_uint64),
+    ]
+
+
 class TraceHeader(ctypes.Structure):
     _c_name_ = "gpumem_trace_header_t"
     _fields_ = [
@@ -370,6 +399,8 @@ STRUCTS = [
     PoolParams,
     PoolInfo,
     BlockInfo,
+    TenantParams,
+    TenantInfo,
     TraceHeader,
     TraceRecord,
     VmParams,

@@ -6,10 +6,22 @@ current stream, and pinned host memory from a gpumem pool over pinned memory.
     gpumem.cupy.install()          # every CuPy device allocation now comes from gpumem
     ...
     gpumem.cupy.pool().stats()     # the current device's pool
+    gpumem.cupy.memory_pool().used_bytes()   # what cupy.get_default_memory_pool() users call
     gpumem.cupy.uninstall()        # CuPy's own allocators again
 
     with gpumem.cupy.allocator():  # the same, for a block
         ...
+
+    gpumem.cupy.install(shared=True, limit="8GiB")   # a Tenant "cupy" of gpumem.device_pool
+
+By default each device has a pool of its own for CuPy (default_pool()), whose streams keep their
+memory as in CuPy's pool: CuPy destroys a stream while arrays made on it live on, and a pool that
+lends memory between streams would hand the driver the destroyed stream later. install(shared=True)
+serves each device from a Tenant "cupy" (gpumem.Tenant) of the device's pool instead, which
+gpumem.torch and gpumem.numba share, so that what one library frees serves the others: there,
+free the arrays made on a cupy.cuda.Stream, and call memory_pool().free_all_blocks(stream),
+before the stream goes. Budgets (install()'s `limit` and `soft_limit`, or GPUMEM_CUPY_LIMIT and
+GPUMEM_CUPY_SOFT_LIMIT) make a Tenant "cupy" too, of the device's own CuPy pool unless shared.
 
 CuPy is imported when these functions run, never when this module is imported.
 
@@ -29,20 +41,26 @@ over gpumem.ipc.
 import collections.abc
 import contextlib
 import ctypes
+import functools
 import gc
+import os
 import threading
 import weakref
 
 from . import _types, ipc
 from ._lib import library
-from .allocator import Allocator, BlockState, Buffer, Pool, StreamReuse, _close_listeners
+from .allocator import Allocator, BlockState, Buffer, Pool, StreamReuse, _close_listeners, device_pool
+from .device import query_memory
 from .errors import Error, NotOwned, OutOfMemory
 from .raw import HostAllocFlags
+from .tenant import Tenant, budget_from_environment, parse_size
 
 _lock = threading.Lock()
 _installed = []  # _Installation, innermost last
 _device_pools = {}  # device -> the Pool CuPy's memory comes from unless the caller gives one
 _device_pools_lock = threading.Lock()
+_tenants = {}  # (device, shared) -> the Tenant "cupy" install() serves the device from
+_tenants_lock = threading.Lock()
 
 
 def default_pool(device):
@@ -368,7 +386,7 @@ def _translate(cupy, size, pool, error):
     total = limit = 0
     try:
         total = pool.stats().bytes_reserved
-        if isinstance(pool, Pool):
+        if isinstance(pool, (Pool, Tenant)):
             limit = pool.info().limit
     except Error:
         pass
@@ -421,12 +439,45 @@ def _current_pinned(cupy):
     return cupy.get_default_pinned_memory_pool().malloc
 
 
-def install(pools=None, pinned=True):
+def tenant(device, limit=None, soft_limit=None, shared=True):
+    """The Tenant "cupy" that install() serves `device` from: of gpumem.device_pool(device) when
+    `shared`, else of default_pool(device). Made once for each, with budgets `limit` and
+    `soft_limit` (bytes or text such as "8GiB"; None: GPUMEM_CUPY_LIMIT and GPUMEM_CUPY_SOFT_LIMIT,
+    else none); budgets given for one made already are set on it."""
+    with _tenants_lock:
+        found = _tenants.get((device, shared))
+        if found is None or limit is not None or soft_limit is not None:
+            if limit is None:
+                limit = found.limit if found else budget_from_environment("GPUMEM_CUPY_LIMIT", device)
+            if soft_limit is None:
+                soft_limit = found.soft_limit if found else budget_from_environment("GPUMEM_CUPY_SOFT_LIMIT", device)
+            if found is None:
+                upstream = device_pool(device) if shared else default_pool(device)
+                found = _tenants[(device, shared)] = Tenant(upstream, device, limit, soft_limit, name="cupy")
+            else:
+                found.set_limits(limit, soft_limit)
+        return found
+
+
+def _budgets_in_environment():
+    return any(os.environ.get(name, "").strip() for name in ("GPUMEM_CUPY_LIMIT", "GPUMEM_CUPY_SOFT_LIMIT"))
+
+
+def install(pools=None, pinned=True, *, shared=False, limit=None, soft_limit=None):
     """Makes gpumem CuPy's allocator of device memory (`cupy.cuda.set_allocator`) and, unless
-    `pinned` is False, of pinned memory (`cupy.cuda.set_pinned_memory_allocator`); arguments as
-    CupyAllocator's. Returns the CupyAllocator. Installations nest: uninstall() puts back what
-    the last install() replaced. Raises ValueError inside `cupy.cuda.using_allocator()`, as
-    `cupy.cuda.set_allocator()` does."""
+    `pinned` is False, of pinned memory (`cupy.cuda.set_pinned_memory_allocator`); `pools` and
+    `pinned` as CupyAllocator's. Without `pools`, `shared` or a budget (`limit`, `soft_limit`, or
+    their environment variables) serves each device from tenant(device, ..., shared); `shared` or
+    budgets given with `pools` raise TypeError. Returns the CupyAllocator. Installations nest:
+    uninstall() puts back what the last install() replaced. Raises ValueError inside
+    `cupy.cuda.using_allocator()`, as `cupy.cuda.set_allocator()` does."""
+    budgets = limit is not None or soft_limit is not None
+    if pools is None:
+        if shared or budgets or _budgets_in_environment():
+            pools = functools.partial(tenant, limit=limit, soft_limit=soft_limit, shared=bool(shared))
+    elif shared or budgets:
+        raise TypeError("shared, limit and soft_limit choose the tenants install() makes; with pools, set "
+                        "the budgets of those allocators")
     cupy = _cupy()
     allocator = CupyAllocator(pools, pinned)
     with _lock:
@@ -460,9 +511,9 @@ def uninstall(allocator=None):
 
 
 @contextlib.contextmanager
-def allocator(pools=None, pinned=True):
+def allocator(pools=None, pinned=True, *, shared=False, limit=None, soft_limit=None):
     """install() for the length of a with block, which gets the CupyAllocator; uninstall() at its end."""
-    installed_now = install(pools, pinned)
+    installed_now = install(pools, pinned, shared=shared, limit=limit, soft_limit=soft_limit)
     try:
         yield installed_now
     finally:
@@ -507,9 +558,12 @@ def buffer_of(memory):
     if _memory_type is None or not isinstance(mem, _memory_type) or not mem.ptr:
         return None
     for pool in list(_served.values()):
-        if not isinstance(pool, Pool) or pool.closed:
+        # A tenant's blocks are its pool's; of tenants sharing one pool, the first that served CuPy
+        # is named.
+        blocks = pool.upstream if isinstance(pool, Tenant) else pool
+        if not isinstance(blocks, Pool) or pool.closed or blocks.closed:
             continue
-        for block in pool.snapshot():
+        for block in blocks.snapshot():
             if block["address"] == mem.ptr and block["state"] == BlockState.IN_USE:
                 return CupyMemory(mem.ptr, mem.size, block["stream"], pool)
     return None
@@ -582,3 +636,75 @@ def open_array(handle, fds, meta):
     memory = cupy.cuda.UnownedMemory(imported.ptr, imported.size, imported, imported.device)
     pointer = cupy.cuda.MemoryPointer(memory, meta["offset"])
     return cupy.ndarray(shape, dtype=dtype, memptr=pointer, strides=strides)
+
+
+class MemoryPool:
+    """What `cupy.get_default_memory_pool()` users call, answered by the allocators gpumem serves
+    CuPy from (memory_pool() makes one): `device` None means CuPy's current device at each call."""
+
+    def __init__(self, cupy_allocator, device=None):
+        self._allocator, self._device = cupy_allocator, device
+
+    def _serving(self):
+        allocator = self._allocator.pool(self._device)
+        shared = allocator.upstream if isinstance(allocator, Tenant) else allocator
+        return allocator, shared if isinstance(shared, Pool) else None
+
+    def used_bytes(self):
+        """Bytes of CuPy's live allocations on the device (the tenant's, or the pool's)."""
+        return self._serving()[0].stats().bytes_in_use
+
+    def total_bytes(self):
+        """Bytes the device's pool holds from the device, for all its users."""
+        allocator, shared = self._serving()
+        return (shared or allocator).stats().bytes_reserved
+
+    def free_bytes(self):
+        """Bytes the device's pool caches, free for any of its users."""
+        shared = self._serving()[1]
+        return shared.info().free_bytes if shared is not None else 0
+
+    def n_free_blocks(self):
+        """How many free blocks the device's pool caches."""
+        shared = self._serving()[1]
+        return shared.info().free_block_count if shared is not None else 0
+
+    def free_all_blocks(self, stream=None):
+        """Has the device's pool give back what it caches: of every stream, or of `stream`'s (a
+        cupy.cuda.Stream or its ptr) only. The cache is shared with the pool's other users."""
+        shared = self._serving()[1]
+        if shared is not None:
+            if stream is None:
+                shared.release(all_streams=True)
+            else:
+                shared.release(getattr(stream, "ptr", stream), all_streams=False)
+
+    def set_limit(self, size=None, fraction=None):
+        """Sets the most bytes CuPy may hold on the device (0: none), as bytes, text such as
+        "8GiB", or a `fraction` of the device's memory: the tenant's hard budget (a soft budget
+        above it is lowered to it), or the pool's limit when CuPy has a pool of its own."""
+        allocator, shared = self._serving()
+        device = allocator.device_id
+        if fraction is not None:
+            if size is not None:
+                raise ValueError("give size or fraction, not both")
+            size = int(query_memory(device)[1] * fraction)
+        size = parse_size(0 if size is None else size, "size", device)
+        if isinstance(allocator, Tenant):
+            soft = allocator.soft_limit
+            allocator.set_limits(size, min(soft, size) if size else soft)
+        elif isinstance(allocator, Pool):
+            allocator.set_limit(size)
+        else:
+            raise TypeError(f"{allocator!r} has no limit to set")
+
+    def get_limit(self):
+        """The most bytes CuPy may hold on the device; 0 for none."""
+        allocator = self._serving()[0]
+        return allocator.info().limit if isinstance(allocator, (Tenant, Pool)) else 0
+
+
+def memory_pool(device=None):
+    """A MemoryPool over what serves CuPy now, for code written against
+    `cupy.get_default_memory_pool()`; RuntimeError when gpumem is not installed."""
+    return MemoryPool(_current(), device)
