@@ -79,7 +79,11 @@ def run(mode, steps):
         sample()
         if numba_kernel is not None:
             y = cuda.as_cuda_array(out.detach().reshape(-1))
-            numba_kernel[(y.size + 255) // 256, 256](y, 0.5)
+            try:
+                numba_kernel[(y.size + 255) // 256, 256](y, 0.5)
+            except Exception as error:  # Numba that cannot compile here (its NumPy): the rest still runs
+                print(f"numba kernel skipped: {type(error).__name__}: {error}", file=sys.stderr)
+                numba_kernel = None
         checksum += float(out.detach().double().sum())
         del x, batch, out, loss
         sample()

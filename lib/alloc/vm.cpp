@@ -263,6 +263,7 @@ void VmAllocator::map_memory(uintptr_t p, size_t size, uintptr_t range, bool cou
 void VmAllocator::unmap_memory(uintptr_t p, size_t size, bool counted, size_t piece, size_t* unmapped) {
   if (unmapped) *unmapped = 0;
   uintptr_t range;
+  std::vector<int> exported;  // closed outside the lock (closing may enter the driver)
   {
     std::lock_guard<SpinLock> lock(mutex_);
     if (!mapped_whole(p, p + size))
@@ -270,8 +271,9 @@ void VmAllocator::unmap_memory(uintptr_t p, size_t size, bool counted, size_t pi
            bytes(size).c_str(), pointer(p), device());
     // Out of the spans first, so a change of peer access leaves it alone from here on.
     range = remove_span(p, p + size);
-    close_all(take_shared_fds(p, p + size));  // the memory goes: nothing may export it any more
+    exported = take_shared_fds(p, p + size);  // the memory goes: nothing may export it any more
   }
+  close_all(exported);
   const driver::Api& a = driver::api();
   size_t done = 0;  // bytes unmapped
   try {

@@ -47,11 +47,12 @@ void VmAllocator::move(uintptr_t from, uintptr_t to, size_t size, size_t& moved,
     throw;
   }
   uintptr_t from_range;
+  std::vector<int> exported;  // closed outside the lock (closing may enter the driver)
   try {
     // Out of the spans first, so a change of peer access leaves it alone from here on.
     std::lock_guard<SpinLock> lock(mutex_);
     from_range = remove_span(from, from + size);
-    close_all(take_shared_fds(from, from + size));
+    exported = take_shared_fds(from, from + size);
   } catch (...) {
     // No host memory to split the span: nothing moved, and the second mapping goes.
     try {
@@ -62,6 +63,7 @@ void VmAllocator::move(uintptr_t from, uintptr_t to, size_t size, size_t& moved,
     undo_move(to, size);
     throw;
   }
+  close_all(exported);
   size_t unmapped = 0;
   try {
     for (; unmapped < size; unmapped += unit_) {

@@ -2,6 +2,7 @@
 #include "ipc/ipc.hpp"
 #include "capi/guard.hpp"
 #include "defaults/defaults.hpp"
+#include "pool/pool.hpp"
 
 using gpumem::require_out;
 using gpumem::capi::guard;
@@ -16,7 +17,9 @@ GPUMEM_API gpumem_status_t gpumem_ipc_export(gpumem_allocator_t* allocator, void
     if (out_fd_count) *out_fd_count = 0;
     require_out(ptr, "ptr");
     size_t fd_count = 0;
-    *out_handle = gpumem::ipc::export_allocation(gpumem::alloc::resolve(allocator), ptr, fd_count);
+    const gpumem::alloc::Resolved a = gpumem::alloc::resolve(allocator);
+    gpumem::pool::Pool::refuse_if_held_above(a, ptr);  // exported through its owner, as it is freed
+    *out_handle = gpumem::ipc::export_allocation(a, ptr, fd_count);
     if (out_fd_count) *out_fd_count = fd_count;
   });
 }

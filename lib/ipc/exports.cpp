@@ -45,6 +45,14 @@ class Exporter {
   void fds(const gpumem_ipc_handle_t* handle, int* fds, size_t count);
   bool hold(alloc::Allocator* a, void* p, gpumem_stream_t stream);
   uint64_t sweep(bool always);
+  // sweep(false) on another call's way: what fails stays held for the next collect(), which
+  // reports it; the call it rides on is not failed for it.
+  void sweep_quietly() noexcept {
+    try {
+      sweep(false);
+    } catch (...) {
+    }
+  }
   void fill(gpumem_ipc_info_t& out);
   uint64_t id() const { return id_; }
 
@@ -98,7 +106,7 @@ gpumem_ipc_handle_t Exporter::add(alloc::Allocator* a, void* ptr, size_t& fd_cou
   w.size = size;
   w.unit = extent.unit;
   w.device = a->device();
-  w.fd_count = extent.vm ? 1 + w.units() : 1;
+  w.fd_count = static_cast<uint32_t>(extent.vm ? 1 + w.units() : 1);
   if (!extent.vm) {
     const driver::Api& api = driver::api();
     driver::ContextScope scope(driver::primary_context(a->device()));
@@ -139,7 +147,7 @@ gpumem_ipc_handle_t Exporter::add(alloc::Allocator* a, void* ptr, size_t& fd_cou
   gpumem_ipc_handle_t out;
   std::memcpy(out.bytes, &w, sizeof w);
   fd_count = w.fd_count;
-  sweep(false);
+  sweep_quietly();
   return out;
 }
 
@@ -177,8 +185,8 @@ void Exporter::fds(const gpumem_ipc_handle_t* handle, int* fds, size_t count) {
     if (ledger_copy < 0) fail(GPUMEM_ERROR_IO, "duplicating the IPC ledger's descriptor: %s", strerror(errno));
     made.push_back(ledger_copy);
     if (w.kind == Kind::kVm)
-      for (uint32_t i = 0; i < w.units(); ++i)
-        made.push_back(key.first->shared_fd(w.segment + w.first_unit() + uint64_t{i} * w.unit));
+      for (uint64_t i = 0; i < w.units(); ++i)
+        made.push_back(key.first->shared_fd(w.segment + w.first_unit() + i * w.unit));
   } catch (...) {
     for (int fd : made) ::close(fd);
     done();
@@ -209,7 +217,7 @@ bool Exporter::hold(alloc::Allocator* a, void* p, gpumem_stream_t stream) {
       }
     }
   }
-  if (held_.load(std::memory_order_relaxed)) sweep(false);
+  if (held_.load(std::memory_order_relaxed)) sweep_quietly();
   return held;
 }
 

@@ -38,7 +38,7 @@ struct Open {
   uint32_t slot;
   uint64_t segment;  // the exporter's address
   uint64_t first_unit;
-  uint32_t units;
+  uint64_t units;
 };
 
 struct Ledger {
@@ -66,7 +66,11 @@ class Importer {
   std::mutex mutex_;
   std::map<uint64_t, Ledger> ledgers_;
   std::map<SegmentKey, Segment> segments_;
-  std::map<SlotKey, uint64_t> slots_;  // opens holding each slot
+  struct Held {
+    uint64_t opens = 0;   // opens holding the slot's lock
+    uint64_t serial = 0;  // the export it stood for when locked
+  };
+  std::map<SlotKey, Held> slots_;
   std::unordered_map<uintptr_t, std::vector<Open>> opens_;
   uint64_t imports_ = 0, segment_opens_ = 0;
 };
@@ -84,6 +88,13 @@ Segment& Importer::map_segment(const Wire& w, int device, const int* fds) {
   const SegmentKey key{w.exporter, w.segment};
   auto it = segments_.find(key);
   const bool fresh = it == segments_.end();
+  if (!fresh && (it->second.size != w.segment_size || it->second.vm != (w.kind == Kind::kVm && !it->second.own) ||
+                 (it->second.vm && it->second.unit != w.unit)))
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT,
+         "the handle describes process %u's segment at %#llx otherwise than the one open here from it (%s, in units of "
+         "%s): it is not a handle that process made",
+         w.pid, static_cast<unsigned long long>(w.segment), bytes(it->second.size).c_str(),
+         bytes(it->second.unit).c_str());
   if (w.exporter == exporter_id()) {  // the driver refuses to open a process's own memory: it is here
     if (fresh)
       it = segments_.emplace(key, Segment{device, false, uintptr_t(w.segment), w.segment_size, 0, true, 0, {}}).first;
@@ -115,8 +126,8 @@ Segment& Importer::map_segment(const Wire& w, int device, const int* fds) {
   std::vector<uint64_t> made;  // units this open mapped
   try {
     const CUmemAccessDesc access = alloc::access_of(device, true);
-    for (uint32_t i = 0; i < w.units(); ++i) {
-      const uint64_t offset = w.first_unit() + uint64_t{i} * w.unit;
+    for (uint64_t i = 0; i < w.units(); ++i) {
+      const uint64_t offset = w.first_unit() + i * w.unit;
       if (s.mapped.count(offset)) continue;
       CUmemGenericAllocationHandle h = 0;
       CUresult r = api.cuMemImportFromShareableHandle(&h, reinterpret_cast<void*>(intptr_t{fds[1 + i]}),
@@ -142,7 +153,7 @@ Segment& Importer::map_segment(const Wire& w, int device, const int* fds) {
     }
     throw;
   }
-  for (uint32_t i = 0; i < w.units(); ++i) ++s.mapped[w.first_unit() + uint64_t{i} * w.unit];
+  for (uint64_t i = 0; i < w.units(); ++i) ++s.mapped[w.first_unit() + i * w.unit];
   return s;
 }
 
@@ -158,10 +169,13 @@ void* Importer::open(const gpumem_ipc_handle_t* handle, const int* fds, size_t f
   driver::ContextScope scope(driver::primary_context(device));
   std::lock_guard<std::mutex> lock(mutex_);
   Ledger& ledger = ledgers_[w.exporter];
-  uint64_t& slot_opens = slots_[{w.exporter, w.slot}];
+  Held& held = slots_[{w.exporter, w.slot}];
+  uint64_t& slot_opens = held.opens;
   try {
     if (!ledger.view) ledger.view = std::make_unique<LedgerView>(fds[0]);
-    if (!slot_opens && !ledger.view->hold(w.slot, w.serial))
+    // A slot held already stands for the export it was locked for: a handle of an earlier (or later)
+    // export in the same slot is not that one.
+    if (slot_opens ? held.serial != w.serial : !ledger.view->hold(w.slot, w.serial))
       fail(GPUMEM_ERROR_INVALID_ARGUMENT,
            "the handle is spent or its memory gone: every process that opened it has closed it, or process %u freed "
            "it before it was opened here and the memory was returned (export again for each receiver)",
@@ -170,6 +184,7 @@ void* Importer::open(const gpumem_ipc_handle_t* handle, const int* fds, size_t f
       const Segment& s = map_segment(w, device, fds);
       void* p = reinterpret_cast<void*>(s.base + w.offset);
       opens_[uintptr_t(p)].push_back(Open{w.exporter, w.slot, w.segment, w.first_unit(), s.vm ? w.units() : 0});
+      held.serial = w.serial;
       ++slot_opens;
       ++ledger.opens;
       ++imports_;
@@ -196,7 +211,7 @@ void Importer::unmap_segment(const Open& o) {
   } else if (!s.vm) {
     if (--s.opens == 0) failed = api.cuIpcCloseMemHandle(static_cast<CUdeviceptr>(s.base));
   } else {
-    for (uint32_t i = 0; i < o.units; ++i) {
+    for (uint64_t i = 0; i < o.units; ++i) {
       const uint64_t offset = o.first_unit + uint64_t{i} * s.unit;
       if (--s.mapped[offset]) continue;
       s.mapped.erase(offset);
@@ -235,7 +250,7 @@ void Importer::close(void* p) {
     Importer& self;
     SlotKey slot;
     ~LetGo() {
-      if (--self.slots_[slot] == 0) {
+      if (--self.slots_[slot].opens == 0) {
         self.slots_.erase(slot);
         Ledger& l = self.ledgers_[slot.first];
         l.view->let_go(slot.second);

@@ -34,14 +34,19 @@ void fill_exports(gpumem_ipc_info_t& out);
 void fill_info(gpumem_ipc_info_t& out);
 
 // One T per process, never destroyed (frees and closes may come during exit); a child made by
-// fork() starts with a new one, none of its parent's exports or opens.
+// fork() starts with a new one, none of its parent's exports or opens, and closes its copies of
+// the parent's descriptors (a ledger lock lasts while any copy of its description is open).
 template <class T>
 T& per_process() {
   static T* the = nullptr;
   static std::once_flag once;
   std::call_once(once, [] {
     the = new T;
-    pthread_atfork(nullptr, nullptr, [] { the = new T; });
+    pthread_atfork(nullptr, nullptr, [] {
+      T* parents = the;
+      the = new T;
+      delete parents;  // locks nothing: the parent's other threads may have held its mutex
+    });
   });
   return *the;
 }

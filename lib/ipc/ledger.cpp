@@ -26,7 +26,8 @@ bool lock_slot(int fd, short type, uint32_t slot, int command) {
   lock.l_whence = SEEK_SET;
   lock.l_start = static_cast<off_t>(slot);
   lock.l_len = 1;
-  return fcntl(fd, command, &lock) == 0 && (command != F_OFD_GETLK || lock.l_type != F_UNLCK);
+  if (fcntl(fd, command, &lock) != 0) return command == F_OFD_GETLK;  // unknown: taken as held
+  return command != F_OFD_GETLK || lock.l_type != F_UNLCK;
 }
 
 }  // namespace

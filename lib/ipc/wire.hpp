@@ -34,6 +34,7 @@ struct Wire {
 
   static constexpr uint32_t kMagic = 0x50494d47;  // "GMIP"
   static constexpr uint16_t kVersion = 1;
+  static constexpr uint64_t kMaxUnits = uint64_t{1} << 24;  // 32 TiB in 2 MiB units
 
   uint64_t sum() const {
     uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a
@@ -44,7 +45,7 @@ struct Wire {
   void seal() { check = sum(); }
   // VM: the offset of the first unit the allocation touches, and how many it touches (0 for classic).
   uint64_t first_unit() const { return unit ? offset / unit * unit : 0; }
-  uint32_t units() const { return unit ? static_cast<uint32_t>((offset + size - 1) / unit - offset / unit + 1) : 0; }
+  uint64_t units() const { return unit ? (offset + size - 1) / unit - offset / unit + 1 : 0; }
 
   // The handle's bytes, checked; throws INVALID_ARGUMENT for what is not a sealed handle.
   static Wire read(const gpumem_ipc_handle_t* handle) {
@@ -52,9 +53,12 @@ struct Wire {
     Wire w;
     std::memcpy(&w, handle->bytes, sizeof w);
     const bool vm = w.kind == Kind::kVm;
+    // Checked in 64 bits, so that a handle sealed with forged sizes cannot wrap the counts.
+    const bool unit_ok = w.unit >= 4096 && (w.unit & (w.unit - 1)) == 0 && w.segment_size % w.unit == 0;
     if (w.magic != kMagic || w.version != kVersion || (!vm && w.kind != Kind::kClassic) || w.check != w.sum() ||
         w.size == 0 || w.offset > w.segment_size || w.size > w.segment_size - w.offset ||
-        (vm && (w.unit == 0 || w.segment_size % w.unit || w.fd_count != 1 + w.units())) || (!vm && w.fd_count != 1))
+        (vm && (!unit_ok || w.units() > kMaxUnits || w.fd_count != 1 + w.units())) ||
+        (!vm && (w.unit != 0 || w.fd_count != 1)))
       fail(GPUMEM_ERROR_INVALID_ARGUMENT,
            "%p is not a gpumem IPC handle (from gpumem_ipc_export, version %u), or it is damaged",
            static_cast<const void*>(handle), kVersion);

@@ -38,8 +38,7 @@ Pool* Pool::holder_of(const alloc::Allocator* upstream, const void* p) {
   return nullptr;
 }
 
-void Pool::free_from_caller(alloc::Allocator* a, void* p, gpumem_stream_t stream) {
-  if (alloc::FreeHold hold = alloc::free_hold.load(std::memory_order_acquire); hold && hold(a, p, stream)) return;
+void Pool::refuse_if_held_above(const alloc::Allocator* a, const void* p) {
   if (a->tenants() > 0) Tenant::refuse_if_held(a, p);
   if (a->pools() > 0)
     if (const Pool* pool = holder_of(a, p))
@@ -47,6 +46,11 @@ void Pool::free_from_caller(alloc::Allocator* a, void* p, gpumem_stream_t stream
            "%p is held by the pool %p built on this %s allocator (in use or cached there): free it through that pool, "
            "which returns it when it no longer needs it",
            p, static_cast<const void*>(static_cast<const gpumem_allocator_s*>(pool)), a->kind());
+}
+
+void Pool::free_from_caller(alloc::Allocator* a, void* p, gpumem_stream_t stream) {
+  refuse_if_held_above(a, p);
+  if (alloc::FreeHold hold = alloc::free_hold.load(std::memory_order_acquire); hold && hold(a, p, stream)) return;
   a->deallocate(p, stream);
 }
 

@@ -99,6 +99,9 @@ class Pool final : public alloc::Allocator {
   // A free by a caller (gpumem_free, the drop-ins), not by a pool: refused with NOT_OWNED, naming
   // the pool, if a pool built on a holds p; an upstream takes a pool's memory back only from it.
   static void free_from_caller(alloc::Allocator* a, void* p, gpumem_stream_t stream);
+  // Refuses with NOT_OWNED memory of a that a pool built on a, or a tenant of a, holds: what its
+  // caller may not free (nor export) through a.
+  static void refuse_if_held_above(const alloc::Allocator* a, const void* p);
   // Checks every invariant of the pool's structures; throws GPUMEM_ERROR_INTERNAL naming the first
   // broken one. For tests and the fuzzer: it walks everything, and wants no other call running.
   void check_invariants();

@@ -118,7 +118,16 @@ void* Tenant::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size)
     }
   }
   if (over) {  // the upstream accounts more than the estimate: give it back and refuse
-    upstream_->deallocate(p, stream);
+    try {
+      upstream_->deallocate(p, stream);
+    } catch (...) {
+      std::lock_guard<SpinLock> lock(mutex_);  // kept, and counted, rather than lost
+      live_.emplace(p, Live{size, accounted});
+      stats_.on_alloc(accounted, size);
+      stats_.on_reserve(accounted);
+      mem_size = accounted;
+      return p;
+    }
     std::lock_guard<SpinLock> lock(mutex_);
     refuse(size, stats_.in_use + taking_ + accounted);
   }
@@ -127,7 +136,7 @@ void* Tenant::do_allocate(size_t size, gpumem_stream_t stream, size_t& mem_size)
   return p;
 }
 
-void Tenant::after_growth() {
+void Tenant::after_growth() noexcept {
   bool crossed = false;
   {
     std::lock_guard<SpinLock> lock(mutex_);
@@ -140,7 +149,7 @@ void Tenant::after_growth() {
     if (auto* pool = dynamic_cast<Pool*>(upstream_)) {
       try {
         pool->release(nullptr, true);
-      } catch (const Error&) {
+      } catch (...) {
         // A soft budget never refuses: what the pool could not give back stays cached.
       }
     }

@@ -52,7 +52,7 @@ class Tenant final : public alloc::Allocator {
   [[noreturn]] void refuse(size_t size, uint64_t would_hold);
   // After in_use changed: past the soft budget for the first time since below it, the upstream
   // pool gives back its cache. Call without mutex_.
-  void after_growth();
+  void after_growth() noexcept;
 
   alloc::Allocator* const upstream_;
   const std::string name_;

@@ -79,13 +79,16 @@ def _nv_binding(driver):
 def _device_pointer(driver, ptr):
     """The pointer object Numba's MemoryPointer holds: a CUdeviceptr with NVIDIA's binding, a
     ctypes integer with Numba's own."""
-    if _nv_binding(driver):
-        binding = getattr(driver, "binding", None)
-        if binding is None:
-            try:
-                from cuda.bindings import driver as binding
-            except ImportError:
-                from cuda import cuda as binding
+    # Numba's driver module imports NVIDIA's binding as `binding` exactly when it uses it (newer
+    # numba-cuda always does, whatever its configuration flag says).
+    binding = getattr(driver, "binding", None)
+    if binding is not None and hasattr(binding, "CUdeviceptr"):
+        return binding.CUdeviceptr(ptr)
+    if _nv_binding(driver) and getattr(driver, "drvapi", None) is None:
+        try:
+            from cuda.bindings import driver as binding
+        except ImportError:
+            from cuda import cuda as binding
         return binding.CUdeviceptr(ptr)
     drvapi = getattr(driver, "drvapi", None)
     return drvapi.cu_device_ptr(ptr) if drvapi is not None else ctypes.c_uint64(ptr)
