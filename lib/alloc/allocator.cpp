@@ -12,6 +12,18 @@ void Allocator::refuse(gpumem_allocator_t* handle) {
 
 std::atomic<FreeHold> free_hold{nullptr};
 
+void Allocator::free_each(const std::vector<void*>& all) {
+  std::exception_ptr first;
+  for (void* p : all) {
+    try {
+      do_deallocate(p, nullptr);
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
 SharedExtent Allocator::shared_extent(uintptr_t) {
   fail(GPUMEM_ERROR_NOT_SUPPORTED,
        "memory of the %s allocator cannot be shared with another process: only device memory (of the device and "

@@ -205,6 +205,9 @@ class Allocator : public gpumem_allocator_s {
   // The sizes of a live allocation, for the free hooks: as asked, and as accounted; 0 if not one
   // of this allocator's.
   virtual void sizes_of(void* p, size_t& size, size_t& mem_size) = 0;
+  // free_all_live()'s work: each through the ordinary free, so statistics and ownership stay right
+  // if one fails; throws the first failure once all were tried.
+  void free_each(const std::vector<void*>& all);
 
   // A bit of hook_events_ beside the hooks' own: a trace is being recorded. One load on the fast
   // path tells whether anything observes a call.

@@ -83,16 +83,7 @@ void RawAllocator::free_all_live() {
     std::lock_guard<SpinLock> lock(mutex_);
     for (const auto& entry : live_) all.push_back(entry.first);
   }
-  // Each through the ordinary free, so statistics and ownership stay right if one fails.
-  std::exception_ptr first;
-  for (void* p : all) {
-    try {
-      do_deallocate(p, nullptr);
-    } catch (...) {
-      if (!first) first = std::current_exception();
-    }
-  }
-  if (first) std::rethrow_exception(first);
+  free_each(all);
 }
 
 namespace {

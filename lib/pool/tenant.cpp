@@ -204,15 +204,7 @@ void Tenant::free_all_live() {
     std::lock_guard<SpinLock> lock(mutex_);
     for (const auto& entry : live_) all.push_back(entry.first);
   }
-  std::exception_ptr first;
-  for (void* p : all) {
-    try {
-      do_deallocate(p, nullptr);
-    } catch (...) {
-      if (!first) first = std::current_exception();
-    }
-  }
-  if (first) std::rethrow_exception(first);
+  free_each(all);
 }
 
 void record_stream(alloc::Allocator* a, void* p, gpumem_stream_t stream) {
