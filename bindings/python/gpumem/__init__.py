@@ -5,6 +5,7 @@ the dynamic loader's search. Failing calls raise a subclass of gpumem.Error, one
 """
 from . import ipc
 from ._lib import library
+from ._ptr import Unowned
 from .allocator import (
     CUDA_POOL_KEEP_THRESHOLD,
     Allocator,
@@ -134,6 +135,7 @@ __all__ = [
     "AllocatorStats",
     "BlockState",
     "Buffer",
+    "Unowned",
     "CudaPoolAllocator",
     "CudaPoolInfo",
     "CudaPoolSource",

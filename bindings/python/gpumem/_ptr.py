@@ -33,6 +33,47 @@ class Owned:
         return Memory(self.ptr, self.size, self)
 
 
+def cuda_array_interface(ptr, size, stream=None, readonly=False):
+    """A 1-D uint8 CUDA array interface (version 3) over `size` bytes at `ptr`. `stream` is the
+    stream a consumer must order its work after (0, the legacy stream, is written as 1, as the
+    protocol spells it); None: no ordering needed."""
+    return {
+        "shape": (size,),
+        "typestr": "|u1",
+        "data": (ptr, readonly),
+        "strides": None,
+        "version": 3,
+        "stream": None if stream is None else (stream or 1),
+    }
+
+
+class Unowned:
+    """Device memory gpumem did not allocate, as a CUDA array that keeps its owner alive (CuPy's
+    UnownedMemory): `Unowned(ptr, size, owner)` stays valid as long as `owner` does, and so does
+    every array a consumer makes from it (torch.as_tensor, cupy.asarray and numba.cuda.as_cuda_array
+    hold the object they read the interface from)."""
+
+    __slots__ = ("ptr", "size", "owner", "stream")
+
+    def __init__(self, ptr, size, owner, stream=None):
+        if size < 0:
+            raise ValueError(f"size is {size}; it is a number of bytes")
+        self.ptr, self.size, self.owner, self.stream = int(ptr), int(size), owner, stream
+
+    @property
+    def __cuda_array_interface__(self):
+        return cuda_array_interface(self.ptr, self.size, self.stream)
+
+    def __int__(self):
+        return self.ptr
+
+    def _gpumem_memory(self):
+        return Memory(self.ptr, self.size, self)
+
+    def __repr__(self):
+        return f"<gpumem.Unowned ptr={self.ptr:#x} size={self.size} owner={type(self.owner).__name__}>"
+
+
 def memory(obj, writable=True):
     """A Memory for an int address, a gpumem Buffer, a ctypes object, or a contiguous buffer
     (bytearray, memoryview, array.array; bytes too where the memory is only read)."""

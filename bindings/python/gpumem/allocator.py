@@ -252,6 +252,17 @@ class Buffer(_ptr.Owned):
             self._arm()  # still live
             raise
 
+    @property
+    def __cuda_array_interface__(self):
+        """The memory as a 1-D uint8 CUDA array, ordered after its stream, for CuPy, Numba and
+        PyTorch (`torch.as_tensor(buffer, device="cuda")`), which hold the buffer while they use it.
+        Device memory only: host memory has none (hasattr() is False)."""
+        if self.allocator.device_id < 0:
+            raise AttributeError("host memory has no __cuda_array_interface__")
+        if self.freed:
+            raise AttributeError(f"{self!r} is freed")
+        return _ptr.cuda_array_interface(self.ptr, self.size, self.stream)
+
     def __repr__(self):
         state = "freed" if self.freed else f"stream={self.stream:#x}"
         return f"<gpumem.Buffer ptr={self.ptr:#x} size={self.size} {state}>"
