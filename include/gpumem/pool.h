@@ -269,6 +269,21 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_snapshot_json(gpumem_all
 GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_set_limit(gpumem_allocator_t* pool, uint64_t limit);
 
 /**
+ * @brief Sets a pool's soft limit in bytes: before the pool grows past it, it gives back what it
+ *        caches (its free whole blocks, or over ranges its free units, on every stream), so that
+ *        what it holds follows what is in use; it never refuses an allocation for it.
+ * @param[in] pool The pool.
+ * @param[in] soft_limit Bytes; 0 for none (the default).
+ * @retval GPUMEM_SUCCESS
+ * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p soft_limit is above the pool's (nonzero) limit.
+ * @retval GPUMEM_ERROR_INVALID_HANDLE @p pool is not a live pool.
+ * @par Thread safety
+ * Thread-safe: any thread, concurrently, including on the same handle.
+ * @since 0.4.0
+ */
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_set_soft_limit(gpumem_allocator_t* pool, uint64_t soft_limit);
+
+/**
  * @brief Sets a pool's limit as a fraction of its device's memory.
  * @param[in] pool A pool over device or managed memory.
  * @param[in] fraction In (0, 1].

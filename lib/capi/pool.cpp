@@ -101,6 +101,10 @@ GPUMEM_API gpumem_status_t gpumem_pool_set_limit(gpumem_allocator_t* pool, uint6
   return guard([&] { pool_from(pool)->set_limit(limit); });
 }
 
+GPUMEM_API gpumem_status_t gpumem_pool_set_soft_limit(gpumem_allocator_t* pool, uint64_t soft_limit) {
+  return guard([&] { pool_from(pool)->set_soft_limit(soft_limit); });
+}
+
 GPUMEM_API gpumem_status_t gpumem_pool_set_limit_fraction(gpumem_allocator_t* pool, double fraction) {
   return guard([&] {
     Pool* p = pool_from(pool);

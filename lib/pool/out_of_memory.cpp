@@ -34,6 +34,18 @@ void* Pool::take_or_grow(Arena& arena, size_t size, size_t rounded, gpumem_strea
   // smaller request grows its own arena instead, once, rather than paying a fence every time.
   if (ranges_ && rounded >= ranges_->unit() && reclaim_pages_.load(std::memory_order_relaxed))
     if (void* p = take_across(arena, rounded, size, stream)) return p;
+  bool past_soft = false;
+  {
+    std::lock_guard<SpinLock> lock(mutex_);
+    past_soft = soft_limit_ && stats_.reserved + growing_ + rounded > soft_limit_;
+  }
+  if (past_soft) {
+    try {
+      return_cached_blocks(nullptr);
+    } catch (const Error&) {
+      // A soft limit never refuses: what could not go back stays cached.
+    }
+  }
   bool over_limit = false;
   try {
     if (void* p = grow(arena, size, rounded, stream, over_limit)) return p;

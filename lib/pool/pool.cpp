@@ -462,4 +462,12 @@ void Pool::set_limit(uint64_t limit) {
   limit_ = limit;
 }
 
+void Pool::set_soft_limit(uint64_t soft_limit) {
+  std::lock_guard<SpinLock> lock(mutex_);
+  if (limit_ && soft_limit > limit_)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "soft_limit (%s) is above the pool's limit (%s)", bytes(soft_limit).c_str(),
+         bytes(limit_).c_str());
+  soft_limit_ = soft_limit;
+}
+
 }  // namespace gpumem::pool

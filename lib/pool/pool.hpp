@@ -71,6 +71,8 @@ class Pool final : public alloc::Allocator {
   // Every chunk, by segment and address, at one moment.
   std::vector<BlockInfo> snapshot();
   void set_limit(uint64_t limit);
+  // Before growing past soft_limit (0: none), the pool gives back what it caches; never refuses.
+  void set_soft_limit(uint64_t soft_limit);
   void set_stream_reuse(StreamReuse reuse);
   // Over ranges: whether growth first moves whole free units, of any arena, to where memory is
   // needed (page reclaim; on by default).
@@ -333,6 +335,7 @@ class Pool final : public alloc::Allocator {
   alignas(64) std::atomic<uint64_t> published_in_use_{0};
   std::atomic<uint64_t> peak_in_use_{0};
   alignas(64) uint64_t limit_;
+  uint64_t soft_limit_ = 0;  // under mutex_
   uint64_t growing_ = 0;    // bytes being taken from the upstream right now, counted against the limit
   uint64_t addresses_ = 0;  // over ranges: bytes of addresses reserved
   Growth growth_;           // under mutex_

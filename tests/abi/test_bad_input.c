@@ -1265,6 +1265,12 @@ static void bad_pool_create(void) {
   BAD_HANDLES(kAllocator, call_pool_create, false);
 }
 
+static gpumem_status_t call_pool_set_soft_limit(void* h) { return gpumem_pool_set_soft_limit(h, 0); }
+static void bad_pool_set_soft_limit(void) {
+  BAD_HANDLES(kAllocator, call_pool_set_soft_limit, true);
+  REFUSED(call_pool_set_soft_limit(g_host), GPUMEM_ERROR_INVALID_HANDLE, "not a pool");
+}
+
 static void bad_pool_get_device(void) {
   REFUSED(gpumem_pool_get_device(0, NULL), GPUMEM_ERROR_INVALID_ARGUMENT, "out_pool is NULL");
   gpumem_allocator_t* a;
@@ -2092,6 +2098,7 @@ static const entry_t kTable[] = {
     ENTRY(pool_set_limit),
     ENTRY(pool_set_limit_fraction),
     ENTRY(pool_set_page_reclaim),
+    ENTRY(pool_set_soft_limit),
     ENTRY(pool_set_stream_reuse),
     ENTRY(pool_snapshot),
     ENTRY(pool_snapshot_json),

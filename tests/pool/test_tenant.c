@@ -1,7 +1,6 @@
-/* Tenants of one pool (tenant.h): what one frees serves another at once, budgets hard and soft,
- * the figures of each beside the pool's, and frees through the wrong allocator refused. Over a
- * pool of host memory: no GPU needed (the conformance suite runs over a tenant of the device
- * allocator on a GPU). */
+/* Tenants of one pool (tenant.h): what one frees serves another at once, budgets hard and soft (and the pool's own soft
+ * limit), the figures of each beside the pool's, and frees through the wrong allocator refused. Over a pool of host
+ * memory: no GPU needed (the conformance suite runs over a tenant of the device allocator on a GPU). */
 #include <stdlib.h>
 
 #include "test_util.h"
@@ -137,6 +136,31 @@ static void test_tenant_soft_budget(void** state) {
   assert_ok(gpumem_allocator_destroy(t));
 }
 
+/* The pool's own soft limit: before it grows past it, its cache goes back; it never refuses. */
+static void test_tenant_pool_soft_limit(void** state) {
+  (void)state;
+  assert_ok(gpumem_pool_release(pool, NULL, GPUMEM_POOL_RELEASE_ALL_STREAMS));
+  void *cached = NULL, *p = NULL, *q = NULL;
+  assert_ok(gpumem_alloc(pool, 256 * KiB, NULL, &cached));
+  assert_ok(gpumem_free(pool, cached, NULL));
+  assert_ok(gpumem_pool_set_soft_limit(pool, MiB));
+  assert_ok(gpumem_alloc(pool, 512 * KiB, NULL, &p)); /* 768 KiB held: within it, the cache stays */
+  assert_int_equal(pool_info_of(pool).free_bytes, 256 * KiB);
+  assert_ok(gpumem_alloc(pool, 600 * KiB, NULL, &q)); /* would hold 1.3 MiB: the cache goes first */
+  assert_int_equal(pool_info_of(pool).free_bytes, 0);
+  assert_int_equal(stats_of(pool).bytes_reserved, 1112 * KiB);
+  assert_ok(gpumem_free(pool, q, NULL));
+  assert_ok(gpumem_pool_set_soft_limit(pool, KiB)); /* far below: still no refusal */
+  assert_ok(gpumem_alloc(pool, 2 * MiB, NULL, &q));
+  assert_ok(gpumem_free(pool, q, NULL));
+  assert_ok(gpumem_free(pool, p, NULL));
+  assert_ok(gpumem_pool_set_limit(pool, MiB));
+  assert_status(gpumem_pool_set_soft_limit(pool, 2 * MiB), GPUMEM_ERROR_INVALID_ARGUMENT);
+  assert_detail_contains("is above the pool's limit");
+  assert_ok(gpumem_pool_set_limit(pool, 0));
+  assert_ok(gpumem_pool_set_soft_limit(pool, 0));
+}
+
 /* Memory is freed through the tenant that allocated it; the pool and another tenant refuse it. */
 static void test_tenant_free_elsewhere_refused(void** state) {
   (void)state;
@@ -183,6 +207,7 @@ int main(void) {
       cmocka_unit_test(test_tenant_figures_add_up_to_the_pool),
       cmocka_unit_test(test_tenant_hard_budget),
       cmocka_unit_test(test_tenant_soft_budget),
+      cmocka_unit_test(test_tenant_pool_soft_limit),
       cmocka_unit_test(test_tenant_free_elsewhere_refused),
       cmocka_unit_test(test_tenant_bad_input),
   };

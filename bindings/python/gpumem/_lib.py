@@ -96,6 +96,7 @@ TABLE = [
     ("gpumem_pool_snapshot", [_p, t.block_fn, _p], _status),
     ("gpumem_pool_snapshot_json", [_p, c_char_p], _status),
     ("gpumem_pool_set_limit", [_p, c_uint64], _status),
+    ("gpumem_pool_set_soft_limit", [_p, c_uint64], _status),
     ("gpumem_pool_set_limit_fraction", [_p, c_double], _status),
     ("gpumem_pool_set_stream_reuse", [_p, c_int32], _status),
     ("gpumem_pool_set_page_reclaim", [_p, c_int32], _status),

@@ -574,6 +574,11 @@ class Pool(Allocator):
         """Sets the most bytes the pool may hold from its upstream (0: no limit)."""
         library().gpumem_pool_set_limit(self._handle, _ptr.nonnegative("limit", limit))
 
+    def set_soft_limit(self, soft_limit):
+        """Before the pool grows past `soft_limit` bytes (0: none) it gives back what it caches; it
+        never refuses an allocation for it."""
+        library().gpumem_pool_set_soft_limit(self._handle, _ptr.nonnegative("soft_limit", soft_limit))
+
     def set_limit_fraction(self, fraction):
         """Sets the limit as a fraction in (0, 1] of the device's memory; InvalidArgument for a
         pool of host memory."""

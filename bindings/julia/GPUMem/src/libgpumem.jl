@@ -809,6 +809,8 @@ gpumem_pool_snapshot_json(pool, path) =
     ccall(@sym(:gpumem_pool_snapshot_json), gpumem_status_t, (Ptr{gpumem_allocator_t}, Cstring), pool, path)
 gpumem_pool_set_limit(pool, limit) =
     ccall(@sym(:gpumem_pool_set_limit), gpumem_status_t, (Ptr{gpumem_allocator_t}, UInt64), pool, limit)
+gpumem_pool_set_soft_limit(pool, soft_limit) =
+    ccall(@sym(:gpumem_pool_set_soft_limit), gpumem_status_t, (Ptr{gpumem_allocator_t}, UInt64), pool, soft_limit)
 gpumem_pool_set_limit_fraction(pool, fraction) =
     ccall(@sym(:gpumem_pool_set_limit_fraction), gpumem_status_t, (Ptr{gpumem_allocator_t}, Cdouble), pool,
           fraction)

@@ -793,6 +793,7 @@ extern "C" {
     ) -> gpumem_status_t;
     pub fn gpumem_pool_snapshot_json(pool: *mut gpumem_allocator_t, path: *const c_char) -> gpumem_status_t;
     pub fn gpumem_pool_set_limit(pool: *mut gpumem_allocator_t, limit: u64) -> gpumem_status_t;
+    pub fn gpumem_pool_set_soft_limit(pool: *mut gpumem_allocator_t, soft_limit: u64) -> gpumem_status_t;
     pub fn gpumem_pool_set_limit_fraction(pool: *mut gpumem_allocator_t, fraction: f64) -> gpumem_status_t;
     pub fn gpumem_pool_set_stream_reuse(pool: *mut gpumem_allocator_t, reuse: i32) -> gpumem_status_t;
     pub fn gpumem_pool_set_page_reclaim(pool: *mut gpumem_allocator_t, enable: i32) -> gpumem_status_t;

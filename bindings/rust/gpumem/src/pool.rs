@@ -251,6 +251,12 @@ impl Pool {
         check(unsafe { sys::gpumem_pool_set_limit(self.as_raw(), bytes) })
     }
 
+    /// Before the pool grows past `bytes` (0: none) it gives back what it caches; never refuses.
+    pub fn set_soft_limit(&self, bytes: u64) -> Result<()> {
+        // SAFETY: a live handle.
+        check(unsafe { sys::gpumem_pool_set_soft_limit(self.as_raw(), bytes) })
+    }
+
     /// Sets the limit as a fraction in (0, 1] of the device's memory.
     pub fn set_limit_fraction(&self, fraction: f64) -> Result<()> {
         // SAFETY: a live handle.
