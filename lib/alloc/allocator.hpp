@@ -164,6 +164,11 @@ class Allocator : public gpumem_allocator_s {
   void add_tenant() { tenants_.fetch_add(1, std::memory_order_relaxed); }
   void remove_tenant() { tenants_.fetch_sub(1, std::memory_order_relaxed); }
   int tenants() const { return tenants_.load(std::memory_order_relaxed); }
+  // Allocations of this allocator exported to other processes (ipc/): a free looks for its
+  // pointer among the exports only while there is one.
+  void add_export() { exports_.fetch_add(1, std::memory_order_relaxed); }
+  void remove_export() { exports_.fetch_sub(1, std::memory_order_relaxed); }
+  int exports() const { return exports_.load(std::memory_order_relaxed); }
   bool permanent() const { return permanent_; }
   // Set once it is made a process default: its destroy waits for calls that resolved NULL to it.
   bool was_default() const { return was_default_.load(std::memory_order_relaxed); }
@@ -231,6 +236,7 @@ class Allocator : public gpumem_allocator_s {
   std::atomic<int> users_{0};
   std::atomic<int> pools_{0};
   std::atomic<int> tenants_{0};
+  std::atomic<int> exports_{0};
   bool permanent_ = false;
   std::atomic<bool> was_default_{false};
   std::mutex hooks_mutex_;  // one trace start or stop at a time

@@ -140,6 +140,7 @@ gpumem_ipc_handle_t Exporter::add(alloc::Allocator* a, void* ptr, size_t& fd_cou
     }
     if (fresh) {
       a->retain();  // its destroy waits for the exports to go
+      a->add_export();
       count_.fetch_add(1, std::memory_order_relaxed);
     }
   }
@@ -197,7 +198,7 @@ void Exporter::fds(const gpumem_ipc_handle_t* handle, int* fds, size_t count) {
 }
 
 bool Exporter::hold(alloc::Allocator* a, void* p, gpumem_stream_t stream) {
-  if (count_.load(std::memory_order_relaxed) == 0) return false;
+  if (a->exports() == 0) return false;  // one load: frees of allocators with nothing exported pay nothing more
   bool held = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -209,6 +210,7 @@ bool Exporter::hold(alloc::Allocator* a, void* p, gpumem_stream_t stream) {
       if (e.slots.empty() && !e.busy) {
         exports_.erase(it);
         count_.fetch_sub(1, std::memory_order_relaxed);
+        a->remove_export();
         a->unretain();
       } else {
         e.held = held = true;
@@ -236,6 +238,7 @@ uint64_t Exporter::sweep(bool always) {
       if (e.held) drop_spent(e);
       if (e.held && e.slots.empty() && !e.busy) {
         done.emplace_back(it->first, std::move(e));
+        it->first.first->remove_export();
         it = exports_.erase(it);
         count_.fetch_sub(1, std::memory_order_relaxed);
         held_.fetch_sub(1, std::memory_order_relaxed);
@@ -255,6 +258,7 @@ uint64_t Exporter::sweep(bool always) {
       if (!first) first = std::current_exception();
       std::lock_guard<std::mutex> lock(mutex_);  // held still, for the next collect
       exports_.emplace(key, std::move(e));
+      key.first->add_export();
       count_.fetch_add(1, std::memory_order_relaxed);
       held_.fetch_add(1, std::memory_order_relaxed);
     }
