@@ -354,8 +354,9 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_pool_set_page_reclaim(gpumem_
  * `backend` (`vm`: over virtual memory, `classic`: over gpumem_allocator_create_device(), `auto`:
  * `vm` where the device supports it, the default), `map_unit` and `range_size` (sizes such as
  * `2MiB`, for the VM backend; by default the device's granularity and its memory), and
- * `page_reclaim` (`true`, the default, or `false`). It applies to device pools made from now on,
- * so it must come before the first allocation through a device pool.
+ * `page_reclaim` (`true`, the default, or `false`), and `soft_limit` (a size: before the pool grows
+ * past it, it gives back its cache, as gpumem_pool_set_soft_limit(); none by default). It applies to device pools made
+ * from now on, so it must come before the first allocation through a device pool.
  * @param[in] config The keys to set; NULL or "" sets none (the environment's stand).
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT @p config has an unknown key or a value that key does not take.

@@ -193,6 +193,7 @@ Allocator* device_pool(int device) {
   auto made = std::make_unique<pool::Pool>(upstream.get(), limit);
   upstream.release();
   made->set_page_reclaim(config.page_reclaim);
+  made->set_soft_limit(limit && config.soft_limit > limit ? limit : config.soft_limit);  // never above the hard one
   made->make_permanent();
   slot.store(made.get(), std::memory_order_release);
   return made.release();

@@ -12,7 +12,7 @@ namespace {
 
 constexpr const char* kKeys =
     "backend (vm, classic or auto), map_unit (a size), range_size (a size), page_reclaim "
-    "(true or false)";
+    "(true or false), soft_limit (a size)";
 
 struct Settings {
   std::mutex mutex;
@@ -56,9 +56,9 @@ PoolConfig parse_pool_config(const char* source, const char* text, PoolConfig ou
       } else {
         fail(GPUMEM_ERROR_INVALID_ARGUMENT, "%s: \"%s\" is not vm, classic or auto", where.c_str(), value.c_str());
       }
-    } else if (key == "map_unit" || key == "range_size") {
+    } else if (key == "map_unit" || key == "range_size" || key == "soft_limit") {
       const uint64_t bytes = parse_size(where.c_str(), value.c_str(), nullptr, 0);
-      (key == "map_unit" ? out.map_unit : out.range_size) = bytes;
+      (key == "map_unit" ? out.map_unit : key == "range_size" ? out.range_size : out.soft_limit) = bytes;
     } else if (key == "page_reclaim") {
       out.page_reclaim = read_bool(where, value);
     } else {

@@ -14,6 +14,7 @@ struct PoolConfig {
   uint64_t map_unit = 0;             // 0: the device's granularity
   uint64_t range_size = 0;           // 0: the device's memory
   bool page_reclaim = true;
+  uint64_t soft_limit = 0;  // 0: none (gpumem_pool_set_soft_limit)
 };
 
 // Reads "key:value,key:value" over base; throws INVALID_ARGUMENT naming source and the key.

@@ -43,6 +43,22 @@ static void test_pool_config_case(void** state) {
     assert_ok(gpumem_pool_set_device_config("backend:vm")); /* the last call stands */
     const gpumem_pool_info_t info = info_after_one_allocation();
     assert_int_equal(info.total_bytes, 4 << 20);
+  } else if (!strcmp(g_case, "soft")) { /* GPUMEM_POOL_CONF=soft_limit:4MiB,page_reclaim:false */
+    gpumem_allocator_t* pool = NULL;
+    assert_ok(gpumem_pool_get_device(0, &pool));
+    void *a = NULL, *b = NULL, *c = NULL;
+    assert_ok(gpumem_alloc(pool, 2 << 20, NULL, &a));
+    assert_ok(gpumem_alloc(pool, 2 << 20, NULL, &b));
+    assert_ok(gpumem_free(pool, a, NULL));            /* a's unit cached, 4 MiB mapped */
+    assert_ok(gpumem_alloc(pool, 4 << 20, NULL, &c)); /* past 4 MiB: a's unit goes first */
+    gpumem_pool_info_t info;
+    memset(&info, 0, sizeof info);
+    info.struct_size = sizeof info;
+    assert_ok(gpumem_pool_get_info(pool, &info));
+    assert_int_equal(info.total_bytes, 6 << 20);
+    assert_int_equal(info.free_bytes, 0);
+    assert_ok(gpumem_free(pool, b, NULL));
+    assert_ok(gpumem_free(pool, c, NULL));
   } else if (!strcmp(g_case, "bad")) { /* GPUMEM_POOL_CONF=colour:red */
     gpumem_allocator_t* pool = (gpumem_allocator_t*)0x1;
     assert_status(gpumem_pool_get_device(0, &pool), GPUMEM_ERROR_INVALID_ARGUMENT);
