@@ -336,9 +336,9 @@ class Pool final : public alloc::Allocator {
   std::atomic<uint64_t> peak_in_use_{0};
   alignas(64) uint64_t limit_;
   uint64_t soft_limit_ = 0;  // under mutex_
-  uint64_t growing_ = 0;    // bytes being taken from the upstream right now, counted against the limit
-  uint64_t addresses_ = 0;  // over ranges: bytes of addresses reserved
-  Growth growth_;           // under mutex_
+  uint64_t growing_ = 0;     // bytes being taken from the upstream right now, counted against the limit
+  uint64_t addresses_ = 0;   // over ranges: bytes of addresses reserved
+  Growth growth_;            // under mutex_
   // Adds the nanoseconds since t0 to growth_.driver_ns.
   void count_driver_time(uint64_t t0) noexcept;
   std::vector<Pending> pending_frees_;
