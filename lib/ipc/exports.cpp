@@ -67,7 +67,7 @@ class Exporter {
   uint64_t next_serial_ = 1;
   std::map<Key, Export> exports_;
   std::unordered_map<uint32_t, Key> by_slot_;
-  std::atomic<size_t> count_{0}, held_{0};
+  std::atomic<size_t> held_{0};
   std::chrono::steady_clock::time_point last_sweep_{};
 };
 
@@ -141,7 +141,6 @@ gpumem_ipc_handle_t Exporter::add(alloc::Allocator* a, void* ptr, size_t& fd_cou
     if (fresh) {
       a->retain();  // its destroy waits for the exports to go
       a->add_export();
-      count_.fetch_add(1, std::memory_order_relaxed);
     }
   }
   w.seal();
@@ -209,7 +208,6 @@ bool Exporter::hold(alloc::Allocator* a, void* p, gpumem_stream_t stream) {
       drop_spent(e);
       if (e.slots.empty() && !e.busy) {
         exports_.erase(it);
-        count_.fetch_sub(1, std::memory_order_relaxed);
         a->remove_export();
         a->unretain();
       } else {
@@ -240,7 +238,6 @@ uint64_t Exporter::sweep(bool always) {
         done.emplace_back(it->first, std::move(e));
         it->first.first->remove_export();
         it = exports_.erase(it);
-        count_.fetch_sub(1, std::memory_order_relaxed);
         held_.fetch_sub(1, std::memory_order_relaxed);
       } else {
         ++it;
@@ -259,7 +256,6 @@ uint64_t Exporter::sweep(bool always) {
       std::lock_guard<std::mutex> lock(mutex_);  // held still, for the next collect
       exports_.emplace(key, std::move(e));
       key.first->add_export();
-      count_.fetch_add(1, std::memory_order_relaxed);
       held_.fetch_add(1, std::memory_order_relaxed);
     }
   }

@@ -53,7 +53,7 @@ from .allocator import Allocator, BlockState, Buffer, Pool, StreamReuse, _close_
 from .device import query_memory
 from .errors import Error, NotOwned, OutOfMemory
 from .raw import HostAllocFlags
-from .tenant import Tenant, budget_from_environment, parse_size
+from .tenant import Tenant, kept_tenant, parse_size
 
 _lock = threading.Lock()
 _installed = []  # _Installation, innermost last
@@ -445,18 +445,8 @@ def tenant(device, limit=None, soft_limit=None, shared=True):
     `soft_limit` (bytes or text such as "8GiB"; None: GPUMEM_CUPY_LIMIT and GPUMEM_CUPY_SOFT_LIMIT,
     else none); budgets given for one made already are set on it."""
     with _tenants_lock:
-        found = _tenants.get((device, shared))
-        if found is None or limit is not None or soft_limit is not None:
-            if limit is None:
-                limit = found.limit if found else budget_from_environment("GPUMEM_CUPY_LIMIT", device)
-            if soft_limit is None:
-                soft_limit = found.soft_limit if found else budget_from_environment("GPUMEM_CUPY_SOFT_LIMIT", device)
-            if found is None:
-                upstream = device_pool(device) if shared else default_pool(device)
-                found = _tenants[(device, shared)] = Tenant(upstream, device, limit, soft_limit, name="cupy")
-            else:
-                found.set_limits(limit, soft_limit)
-        return found
+        upstream = (lambda: device_pool(device)) if shared else (lambda: default_pool(device))
+        return kept_tenant(_tenants, (device, shared), "cupy", device, limit, soft_limit, upstream)
 
 
 def _budgets_in_environment():

@@ -194,14 +194,7 @@ class Imported:
     def __cuda_array_interface__(self):
         if self.closed:
             raise ValueError(f"{self!r} is closed")
-        return {
-            "shape": (self.size,),
-            "typestr": "|u1",
-            "data": (self.ptr, False),
-            "strides": None,
-            "version": 3,
-            "stream": None,
-        }
+        return _ptr.cuda_array_interface(self.ptr, self.size)
 
     def __repr__(self):
         state = "closed" if self.closed else "open"

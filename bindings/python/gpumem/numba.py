@@ -29,7 +29,7 @@ from ._lib import call_quietly, library
 from .allocator import Pool
 from .device import query_memory
 from .errors import OutOfMemory
-from .tenant import Tenant, budget_from_environment
+from .tenant import kept_tenant
 
 _lock = threading.Lock()
 _tenants = {}  # device -> the Tenant "numba", kept for the process: frees may come at its exit
@@ -41,17 +41,7 @@ def tenant(device=0, limit=None, soft_limit=None):
     with budgets `limit` and `soft_limit` (bytes or text such as "8GiB"; None: GPUMEM_NUMBA_LIMIT
     and GPUMEM_NUMBA_SOFT_LIMIT, else none). Budgets given for one made already are set on it."""
     with _lock:
-        found = _tenants.get(device)
-        if found is None or limit is not None or soft_limit is not None:
-            if limit is None:
-                limit = found.limit if found else budget_from_environment("GPUMEM_NUMBA_LIMIT", device)
-            if soft_limit is None:
-                soft_limit = found.soft_limit if found else budget_from_environment("GPUMEM_NUMBA_SOFT_LIMIT", device)
-            if found is None:
-                found = _tenants[device] = Tenant(None, device, limit, soft_limit, name="numba")
-            else:
-                found.set_limits(limit, soft_limit)
-        return found
+        return kept_tenant(_tenants, device, "numba", device, limit, soft_limit, lambda: None)
 
 
 def _gpumem_free(item):

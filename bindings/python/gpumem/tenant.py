@@ -69,6 +69,26 @@ def budget_from_environment(variable, device=None, default=0):
     return parse_size(text, variable, device) if text else default
 
 
+def kept_tenant(tenants, key, name, device, limit, soft_limit, upstream):
+    """A drop-in's tenant `name` of `device`, kept in `tenants` under `key` (the caller holds its
+    lock): made on first use over upstream() with budgets `limit` and `soft_limit` (None: the
+    environment's GPUMEM_<NAME>_LIMIT and GPUMEM_<NAME>_SOFT_LIMIT, else none, for a new one; as set,
+    for one made already), whose budgets are then set when given."""
+    found = tenants.get(key)
+    if found is not None and limit is None and soft_limit is None:
+        return found
+    variable = f"GPUMEM_{name.upper()}_"
+    if limit is None:
+        limit = found.limit if found else budget_from_environment(variable + "LIMIT", device)
+    if soft_limit is None:
+        soft_limit = found.soft_limit if found else budget_from_environment(variable + "SOFT_LIMIT", device)
+    if found is None:
+        found = tenants[key] = Tenant(upstream(), device, limit, soft_limit, name=name)
+    else:
+        found.set_limits(limit, soft_limit)
+    return found
+
+
 @dataclasses.dataclass(frozen=True)
 class TenantInfo:
     """A tenant's name, budgets (0: none) and figures (gpumem_tenant_info_t)."""
