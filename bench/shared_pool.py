@@ -1,7 +1,8 @@
 """One process, three libraries: CuPy preprocessing, a PyTorch training step and a Numba kernel
 per step, run once on the libraries' own pools and once with all three as tenants of gpumem's
 device pool. Prints the device memory the driver reports in use at its peak (sampled after each
-phase) and the step time, side by side, and checks the results are equal.
+phase) and the step time, side by side, checks the results are equal, and prints each tenant's
+peak beside its budget (GPUMEM_TORCH_LIMIT, GPUMEM_CUPY_LIMIT, GPUMEM_NUMBA_LIMIT, if set).
 
     python3 bench/shared_pool.py --library build/gpu/lib/libgpumem.so.0 [--steps 30]
 
@@ -89,7 +90,14 @@ def run(mode, steps):
         sample()
     torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
-    return {"mode": mode, "peak_bytes": peak, "ms_per_step": 1000 * seconds / steps, "checksum": checksum}
+    result = {"mode": mode, "peak_bytes": peak, "ms_per_step": 1000 * seconds / steps, "checksum": checksum}
+    if mode == "gpumem":
+        tenants = {"torch": gpumem.torch.tenant(0), "cupy": gpumem.cupy.pool(0)}
+        if numba_kernel is not None or "gpumem.numba" in sys.modules:
+            tenants["numba"] = sys.modules["gpumem.numba"].tenant(0)
+        result["tenants"] = {name: [t.info().peak_bytes_in_use, t.info().limit, t.info().refused]
+                             for name, t in tenants.items()}
+    return result
 
 
 def main():
@@ -119,6 +127,11 @@ def main():
     for r in results:
         print(f"| {r['mode']} | {r['peak_bytes'] / 2**30:.2f} | {r['ms_per_step']:.1f} | "
               f"{r['peak_bytes'] / own['peak_bytes']:.3f} memory, {r['ms_per_step'] / own['ms_per_step']:.3f} time |")
+    print("\n| tenant | peak in use (GiB) | budget (GiB) | refusals |")
+    print("|---|---:|---:|---:|")
+    for name, (peak, limit, refused) in shared["tenants"].items():
+        budget = f"{limit / 2**30:.2f}" if limit else "none"
+        print(f"| {name} | {peak / 2**30:.3f} | {budget} | {refused} |")
     same = abs(own["checksum"] - shared["checksum"]) <= 1e-6 * max(1.0, abs(own["checksum"]))
     print(f"results equal: {same} ({own['checksum']:.6g} and {shared['checksum']:.6g})")
     return 0 if same else 1

@@ -61,7 +61,10 @@ typedef struct gpumem_cuda_pool_params_s {
   uint32_t source;            /**< One of ::gpumem_cuda_pool_source. */
   gpumem_cuda_pool_t pool;    /**< The caller's pool with ::GPUMEM_CUDA_POOL_EXTERNAL; NULL with the others. */
   uint64_t max_size;          /**< With ::GPUMEM_CUDA_POOL_NEW only: the most bytes the pool may reserve
-                                   (`CUmemPoolProps.maxSize`, CUDA 12.2 drivers and newer); 0 for the driver's own bound. */
+                                   (`CUmemPoolProps.maxSize`, CUDA 12.2 drivers and newer); 0 for
+                                   `GPUMEM_GPU_MEMORY_LIMIT` where it is set (as for a gpumem pool
+                                   of the device, read when the allocator is made), else the driver's
+                                   own bound. */
   uint64_t release_threshold; /**< Bytes to keep reserved at a synchronize, set on the pool at creation;
                                    ::GPUMEM_CUDA_POOL_KEEP_THRESHOLD (the default) to leave it as it is,
                                    which for a new pool means keeping everything. */
@@ -117,8 +120,9 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_cuda_pool_params_init(gpumem_
  * @retval GPUMEM_SUCCESS
  * @retval GPUMEM_ERROR_INVALID_ARGUMENT A pointer is NULL, @c struct_size is too small, @c source is
  *         unknown, @c pool is NULL with ::GPUMEM_CUDA_POOL_EXTERNAL or given with another source,
- *         @c max_size is given for a pool that exists already, @c flags is not 0, or the external
- *         pool is not one that @c device can use.
+ *         @c max_size is given for a pool that exists already, @c flags is not 0, the external
+ *         pool is not one that @c device can use, or `GPUMEM_GPU_MEMORY_LIMIT` cannot be read for a
+ *         new pool.
  * @retval GPUMEM_ERROR_INVALID_DEVICE @c device is negative or not a present device.
  * @retval GPUMEM_ERROR_NOT_SUPPORTED The device has no memory pools, or @c max_size needs a newer driver.
  * @retval GPUMEM_ERROR_OUT_OF_MEMORY No memory to create the pool.

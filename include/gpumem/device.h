@@ -100,6 +100,27 @@ GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_device_get_info(int32_t devic
 GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_device_query_memory(int32_t device, size_t* out_free,
                                                                        size_t* out_total);
 
+/**
+ * @brief Orders @p stream after the work queued on @p producer so far, without waiting on the
+ *        host: an event recorded on @p producer that @p stream waits for (`cuStreamWaitEvent`).
+ *
+ * What a producer of shared memory does before a consumer on another stream reads it (the DLPack
+ * protocol's `stream` argument, CuPy's and PyTorch's `wait_stream`). The same stream twice does
+ * nothing. A default stream (NULL or `CU_STREAM_LEGACY`, the per-thread stream) stands for the
+ * calling thread's current device when the other stream names none.
+ * @param[in] stream The stream that waits.
+ * @param[in] producer The stream whose work so far it waits for.
+ * @retval GPUMEM_SUCCESS
+ * @retval GPUMEM_ERROR_NO_DRIVER
+ * @retval GPUMEM_ERROR_NO_DEVICE
+ * @retval GPUMEM_ERROR_INVALID_ARGUMENT A stream is not a stream (`CUDA_ERROR_INVALID_HANDLE`).
+ * @retval GPUMEM_ERROR_DRIVER
+ * @par Thread safety
+ * Thread-safe: any thread, concurrently, including on the same handle.
+ * @since 0.4.0
+ */
+GPUMEM_NODISCARD GPUMEM_API gpumem_status_t gpumem_stream_wait(gpumem_stream_t stream, gpumem_stream_t producer);
+
 #ifdef __cplusplus
 }
 #endif

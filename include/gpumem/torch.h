@@ -18,9 +18,10 @@
  * memory from it: the frees of that memory would go to the new default, which refuses them
  * (::GPUMEM_ERROR_NOT_OWNED), and the memory would stay in use in the old one.
  *
- * PyTorch learns of a failure only as a NULL pointer. The reason stays where gpumem keeps it, in
- * gpumem_last_error_detail() and gpumem_last_cuda_result() of the thread that called; gpumem
- * prints nothing.
+ * From gpumem_torch_alloc(), PyTorch learns of a failure only as a NULL pointer, which it does not
+ * check; gpumem_torch_alloc_raising() throws PyTorch's own exception instead. The reason stays
+ * where gpumem keeps it, in gpumem_last_error_detail() and gpumem_last_cuda_result() of the thread
+ * that called; gpumem prints nothing.
  */
 #ifndef GPUMEM_TORCH_H
 #define GPUMEM_TORCH_H
@@ -50,6 +51,28 @@ extern "C" {
  * @since 0.4.0
  */
 GPUMEM_API void* gpumem_torch_alloc(ptrdiff_t size, int32_t device, gpumem_stream_t stream);
+
+/**
+ * @brief gpumem_torch_alloc() for PyTorch's pluggable allocator, which does not check for NULL: a
+ *        failure is thrown as PyTorch's own C++ exception, so that Python sees
+ *        `torch.OutOfMemoryError` (out of memory) or `RuntimeError` (any other failure) with
+ *        gpumem's detail as its message, and the tensor is never made.
+ *
+ * `gpumem.torch.install()` loads this one. The exception is PyTorch's `c10::OutOfMemoryError` or
+ * `c10::Error`, made from what `libc10.so` exports; where no such library is loaded in the
+ * process, or it lacks those symbols, nothing is thrown and NULL is returned as by
+ * gpumem_torch_alloc(). Only C++ that catches PyTorch's exceptions may call it (PyTorch does):
+ * an exception through a C caller's frames ends the process, so C, ctypes and other foreign
+ * callers use gpumem_torch_alloc().
+ * @param[in] size Bytes; 0 or more.
+ * @param[in] device Device index.
+ * @param[in] stream The stream the memory is used on first.
+ * @return The memory; on failure, see above. gpumem_last_error_detail() holds the detail either way.
+ * @par Thread safety
+ * Thread-safe: any thread, concurrently, including on the same handle.
+ * @since 0.4.0
+ */
+GPUMEM_API void* gpumem_torch_alloc_raising(ptrdiff_t size, int32_t device, gpumem_stream_t stream);
 
 /**
  * @brief PyTorch's free: gives memory from gpumem_torch_alloc() back to the default allocator of

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "alloc/cuda_stream_order.hpp"
+#include "core/size_text.hpp"
 #include "driver/device.hpp"
 
 namespace gpumem::alloc {
@@ -242,9 +243,15 @@ Allocator* make_cuda_pool(const gpumem_cuda_pool_params_t& params) {
            grouped(params.max_size).c_str(), version / 1000, version % 1000 / 10);
   }
 
+  const bool owned = source == GPUMEM_CUDA_POOL_NEW;
+  // A new pool that names no size is bounded as a gpumem pool of the device would be, by
+  // GPUMEM_GPU_MEMORY_LIMIT, where the driver reads the bound.
+  uint64_t max_size = params.max_size;
+  if (owned && !max_size && driver::driver_version() >= kMaxSizeDriverVersion)
+    max_size = limit_from_environment(driver::device_total_memory, device);
+
   driver::ContextScope scope(driver::primary_context(device));
   CUmemoryPool pool = nullptr;
-  const bool owned = source == GPUMEM_CUDA_POOL_NEW;
   switch (source) {
     case GPUMEM_CUDA_POOL_CURRENT:
       driver::check(a.cuDeviceGetMemPool(&pool, dev), "cuDeviceGetMemPool");
@@ -257,12 +264,12 @@ Allocator* make_cuda_pool(const gpumem_cuda_pool_params_t& params) {
       require_usable(pool, device);
       break;
     default:
-      pool = create_pool(device, params.max_size);
+      pool = create_pool(device, max_size);
       break;
   }
   std::unique_ptr<CudaPoolAllocator> allocator;
   try {
-    allocator.reset(new CudaPoolAllocator(device, pool, owned, params.max_size));
+    allocator.reset(new CudaPoolAllocator(device, pool, owned, max_size));
   } catch (...) {
     if (owned) a.cuMemPoolDestroy(pool);
     throw;

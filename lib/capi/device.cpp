@@ -43,4 +43,22 @@ GPUMEM_API gpumem_status_t gpumem_device_query_memory(int32_t device, size_t* ou
   });
 }
 
+GPUMEM_API gpumem_status_t gpumem_stream_wait(gpumem_stream_t stream, gpumem_stream_t producer) {
+  return guard([&] {
+    if (stream == producer) return;
+    namespace driver = gpumem::driver;
+    const CUcontext own = driver::stream_context(producer);
+    const CUcontext context = own ? own : driver::stream_context(stream);
+    driver::ContextScope scope(context ? context : driver::current_context());
+    CUevent event = nullptr;
+    driver::check(driver::api().cuEventCreate(&event, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    // Destroying the event at once is allowed: the wait already queued keeps what it waits for.
+    const CUresult recorded = driver::api().cuEventRecord(event, producer);
+    const CUresult waited = recorded == CUDA_SUCCESS ? driver::api().cuStreamWaitEvent(stream, event, 0) : recorded;
+    driver::api().cuEventDestroy(event);
+    driver::check(recorded, "cuEventRecord on the producer stream");
+    driver::check(waited, "cuStreamWaitEvent of the waiting stream");
+  });
+}
+
 }  // extern "C"

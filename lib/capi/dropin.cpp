@@ -2,6 +2,7 @@
 // CuPy's C-function allocator. They are gpumem_alloc() and gpumem_free() with those libraries'
 // signatures, so a NULL or nothing is all they answer.
 #include "capi/guard.hpp"
+#include "capi/torch_errors.hpp"
 #include "defaults/defaults.hpp"
 #include "gpumem/cupy.h"
 #include "gpumem/torch.h"
@@ -46,18 +47,30 @@ gpumem::alloc::Resolved allocator_of(const gpumem_cupy_target_t& target, int32_t
   return target.allocator ? gpumem::alloc::Resolved(Allocator::from(target.allocator)) : default_of(device);
 }
 
-}  // namespace
-
-extern "C" {
-
-GPUMEM_API void* gpumem_torch_alloc(ptrdiff_t size, int32_t device, gpumem_stream_t stream) {
+void* torch_alloc(ptrdiff_t size, int32_t device, gpumem_stream_t stream, gpumem_status_t& status) {
   void* ptr = nullptr;
-  guard([&] {
+  status = guard([&] {
     if (size < 0) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "size is %td; PyTorch asks for 0 bytes or more", size);
     // PyTorch asks for 0 bytes for an empty tensor and takes NULL as a failure, while gpumem
     // refuses a size of 0: an empty tensor gets the smallest block.
     ptr = torch_allocator(device)->allocate(size > 0 ? static_cast<size_t>(size) : 1, stream);
   });
+  return ptr;
+}
+
+}  // namespace
+
+extern "C" {
+
+GPUMEM_API void* gpumem_torch_alloc(ptrdiff_t size, int32_t device, gpumem_stream_t stream) {
+  gpumem_status_t status;
+  return torch_alloc(size, device, stream, status);
+}
+
+GPUMEM_API void* gpumem_torch_alloc_raising(ptrdiff_t size, int32_t device, gpumem_stream_t stream) {
+  gpumem_status_t status;
+  void* ptr = torch_alloc(size, device, stream, status);
+  if (!ptr) gpumem::capi::throw_as_torch(status, gpumem::last_error_detail());
   return ptr;
 }
 

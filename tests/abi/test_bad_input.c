@@ -1876,6 +1876,12 @@ static void bad_trace_reader_close(void) {
   BAD_HANDLES(kReader, call_reader_close, false);
 }
 
+static void bad_stream_wait(void) {
+  ACCEPTED(gpumem_stream_wait(NULL, NULL)); /* one stream: nothing to order, no driver needed */
+  ACCEPTED(gpumem_stream_wait(GARBAGE, GARBAGE));
+  REFUSED(gpumem_stream_wait(NULL, (gpumem_stream_t)(uintptr_t)2), DRIVER(GPUMEM_ERROR_NOT_SUPPORTED), NULL);
+}
+
 /* ---- PyTorch's and CuPy's entry points -------------------------------------------------------- */
 
 static void bad_torch_alloc(void) {
@@ -1893,6 +1899,16 @@ static void bad_torch_alloc(void) {
   assert_null(p);
   p = GARBAGE;
   REFUSED_SILENTLY(p = gpumem_torch_alloc(PTRDIFF_MAX, 0, NULL), NULL);
+  assert_null(p);
+}
+
+/* With no PyTorch in the process there is no exception to throw: the NULL and the detail remain. */
+static void bad_torch_alloc_raising(void) {
+  void* p = GARBAGE;
+  REFUSED_SILENTLY(p = gpumem_torch_alloc_raising(-1, 0, NULL), "size is -1");
+  assert_null(p);
+  p = GARBAGE;
+  REFUSED_SILENTLY(p = gpumem_torch_alloc_raising(64, -1, NULL), "device is -1");
   assert_null(p);
 }
 
@@ -2107,11 +2123,13 @@ static const entry_t kTable[] = {
     ENTRY(shutdown),
     ENTRY(status_name),
     ENTRY(status_string),
+    ENTRY(stream_wait),
     ENTRY(tenant_create),
     ENTRY(tenant_get_info),
     ENTRY(tenant_params_init),
     ENTRY(tenant_set_limits),
     ENTRY(torch_alloc),
+    ENTRY(torch_alloc_raising),
     ENTRY(torch_free),
     ENTRY(torch_record_stream),
     ENTRY(torch_set_allocator),

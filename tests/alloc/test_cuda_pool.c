@@ -276,6 +276,32 @@ static void test_cuda_pool_max_size_gives_out_of_memory(void** state) {
   assert_ok(gpumem_allocator_destroy(a));
 }
 
+/* A new pool given no maximum takes GPUMEM_GPU_MEMORY_LIMIT's, as a gpumem pool of the device would. */
+static void test_cuda_pool_new_pool_takes_the_environments_limit(void** state) {
+  (void)state;
+  require_gpu();
+  assert_int_equal(setenv("GPUMEM_GPU_MEMORY_LIMIT", "64MiB", 1), 0);
+  gpumem_allocator_t* a = create_new_pool();
+  gpumem_cuda_pool_params_t params = params_of(GPUMEM_CUDA_POOL_NEW);
+  params.max_size = 256 * MiB; /* the caller's bound wins */
+  gpumem_allocator_t* b = create_with(&params);
+  assert_int_equal(setenv("GPUMEM_GPU_MEMORY_LIMIT", "lots", 1), 0);
+  const gpumem_cuda_pool_params_t unbounded = params_of(GPUMEM_CUDA_POOL_NEW);
+  assert_create_refused(&unbounded, GPUMEM_ERROR_INVALID_ARGUMENT, "GPUMEM_GPU_MEMORY_LIMIT=\"lots\"");
+  unsetenv("GPUMEM_GPU_MEMORY_LIMIT");
+  gpumem_stream_t s = test_stream_create(0);
+  void* p = (void*)0x1;
+  assert_status(gpumem_alloc(a, 96 * MiB, s, &p), GPUMEM_ERROR_OUT_OF_MEMORY);
+  assert_detail_contains("maximum size 67,108,864 bytes");
+  assert_null(p);
+  assert_ok(gpumem_alloc(b, 96 * MiB, s, &p));
+  assert_ok(gpumem_free(b, p, s));
+  test_stream_sync(s);
+  test_stream_destroy(s);
+  assert_ok(gpumem_allocator_destroy(b));
+  assert_ok(gpumem_allocator_destroy(a));
+}
+
 static void test_cuda_pool_default_threshold_keeps_memory_until_trimmed(void** state) {
   (void)state;
   require_gpu();
@@ -394,6 +420,7 @@ int main(void) {
       cmocka_unit_test(test_cuda_pool_create_device_out_of_range),
       cmocka_unit_test(test_cuda_pool_each_source_gives_its_pool),
       cmocka_unit_test(test_cuda_pool_max_size_gives_out_of_memory),
+      cmocka_unit_test(test_cuda_pool_new_pool_takes_the_environments_limit),
       cmocka_unit_test(test_cuda_pool_default_threshold_keeps_memory_until_trimmed),
       cmocka_unit_test(test_cuda_pool_threshold_zero_releases_at_synchronize),
       cmocka_unit_test(test_cuda_pool_threshold_given_is_set),

@@ -1,4 +1,5 @@
 /* The driver version, the device count, device properties and free memory. */
+#include "test_cuda.h"
 #include "test_util.h"
 
 #define FILL 0xa5
@@ -239,6 +240,38 @@ static void test_device_get_info_larger_struct_zeroes_unknown_fields(void** stat
   assert_all_bytes(grown.extra + sizeof grown.extra - 8, FILL, 8);
 }
 
+/* A copy on one stream of bytes another stream is still writing: ordered by gpumem_stream_wait(),
+ * it reads the last value written. Without the wait it would start at once, in the first memset. */
+static void test_device_stream_wait_orders_streams(void** state) {
+  (void)state;
+  require_gpu();
+  const size_t size = (size_t)1 << 30, tail = 4096;
+  void* src = NULL;
+  void* dst = NULL;
+  assert_ok(gpumem_device_alloc(0, size, &src));
+  assert_ok(gpumem_device_alloc(0, tail, &dst));
+  gpumem_stream_t writer = test_stream_create(0), reader = test_stream_create(0);
+  static unsigned char host[4096];
+  for (uint32_t round = 1; round <= 3; ++round) {
+    assert_ok(gpumem_memset(dst, 0, 1, tail));
+    for (uint32_t value = 1; value <= 8; ++value) /* about 2 ms of writing */
+      assert_ok(gpumem_memset_async(src, (round * 16 + value) & 0xff, 1, size, writer));
+    assert_ok(gpumem_stream_wait(reader, writer));
+    assert_ok(gpumem_copy_async(dst, (char*)src + size - tail, tail, reader));
+    test_stream_sync(reader);
+    assert_ok(gpumem_copy(host, dst, tail));
+    assert_all_bytes(host, (unsigned char)(round * 16 + 8), tail);
+    test_stream_sync(writer);
+  }
+  assert_ok(gpumem_stream_wait(reader, reader)); /* the same stream: nothing to do */
+  assert_ok(gpumem_stream_wait(reader, NULL));   /* the legacy stream of the current device */
+  test_stream_sync(reader);
+  test_stream_destroy(writer);
+  test_stream_destroy(reader);
+  assert_ok(gpumem_device_free(dst));
+  assert_ok(gpumem_device_free(src));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_device_driver_version_null_out),
@@ -253,6 +286,7 @@ int main(void) {
       cmocka_unit_test(test_device_query_memory),
       cmocka_unit_test(test_device_invalid_device),
       cmocka_unit_test(test_device_get_info_larger_struct_zeroes_unknown_fields),
+      cmocka_unit_test(test_device_stream_wait_orders_streams),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,6 +30,7 @@ TABLE = [
     ("gpumem_device_get_count", [POINTER(c_int32)], _status),
     ("gpumem_device_get_info", [c_int32, POINTER(t.DeviceInfo)], _status),
     ("gpumem_device_query_memory", [c_int32, POINTER(c_size_t), POINTER(c_size_t)], _status),
+    ("gpumem_stream_wait", [_p, _p], _status),
     # memory.h
     ("gpumem_device_alloc", [c_int32, c_size_t, _out_p], _status),
     ("gpumem_device_free", [_p], _status),
@@ -136,6 +137,8 @@ TABLE = [
     ("gpumem_cupy_free", [_p, _p, c_int32], None),
     # torch.h (ptrdiff_t is ssize_t, PyTorch's type, on LP64 Linux)
     ("gpumem_torch_alloc", [c_ssize_t, c_int32, _p], c_void_p),
+    # Throws C++ exceptions on failure: for PyTorch to load by name, never to call through ctypes.
+    ("gpumem_torch_alloc_raising", [c_ssize_t, c_int32, _p], c_void_p),
     ("gpumem_torch_free", [_p, c_ssize_t, c_int32, _p], None),
     ("gpumem_torch_set_allocator", [c_int32, _p], _status),
     ("gpumem_torch_record_stream", [_p, _p], None),

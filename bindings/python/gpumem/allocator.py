@@ -16,9 +16,9 @@ import threading
 import traceback
 import weakref
 
-from . import _ptr, _types
+from . import _dlpack, _ptr, _types
 from ._lib import call_quietly, library
-from .errors import InvalidHandle, error_for
+from .errors import Error, InvalidHandle, error_for
 
 CUDA_POOL_KEEP_THRESHOLD = 2**64 - 2  # GPUMEM_CUDA_POOL_KEEP_THRESHOLD
 
@@ -262,6 +262,40 @@ class Buffer(_ptr.Owned):
         if self.freed:
             raise AttributeError(f"{self!r} is freed")
         return _ptr.cuda_array_interface(self.ptr, self.size, self.stream)
+
+    def __dlpack_device__(self):
+        """(DLPack device type, device): CUDA (2) or managed (13) memory of its device, pinned host
+        memory (3, 0), or other host memory (1, 0)."""
+        from .memory import MemoryType, pointer_info
+
+        if self.freed:
+            raise BufferError(f"{self!r} is freed")
+        try:
+            kind = pointer_info(self.ptr).memory_type
+        except Error:  # no driver: host memory, of no device's
+            kind = MemoryType.UNREGISTERED
+        if self.allocator.device_id >= 0:
+            return (_dlpack.CUDA_MANAGED if kind == MemoryType.MANAGED else _dlpack.CUDA, self.allocator.device_id)
+        return (_dlpack.CUDA_HOST if kind in (MemoryType.HOST, MemoryType.MANAGED) else _dlpack.CPU, 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """The memory as a DLPack capsule of a 1-D uint8 tensor (torch.from_dlpack, cupy.from_dlpack,
+        numpy.from_dlpack), which keeps the buffer alive until its consumer lets it go. For device
+        memory, `stream` is the consumer's (None or 1: the legacy stream, 2: the per-thread stream,
+        -1: no ordering), ordered after the buffer's stream (gpumem_stream_wait). No copy is ever
+        made: copy=True, or a `dl_device` other than the buffer's, raises BufferError."""
+        device = self.__dlpack_device__()
+        if copy:
+            raise BufferError("gpumem's buffers are shared by DLPack, never copied: copy=True is refused")
+        if dl_device is not None and tuple(dl_device) != device:
+            raise BufferError(f"the buffer is on DLPack device {device}, not {tuple(dl_device)}; no copy is made")
+        if device[0] in (_dlpack.CUDA, _dlpack.CUDA_MANAGED) and stream != -1:
+            consumer = 0 if stream in (None, 1) else stream  # 1 is DLPack's name for the legacy stream
+            if consumer != self.stream:
+                library().gpumem_stream_wait(consumer, self.stream)
+        elif device[0] in (_dlpack.CPU, _dlpack.CUDA_HOST) and stream not in (None, -1):
+            raise BufferError(f"stream is {stream!r}; host memory takes none")
+        return _dlpack.capsule(self.ptr, self.size, device[0], device[1], self)
 
     def __repr__(self):
         state = "freed" if self.freed else f"stream={self.stream:#x}"

@@ -31,6 +31,10 @@ is non-blocking underneath, and its sends and receives fail with IoError when th
 """
 import ctypes
 import dataclasses
+import multiprocessing.context
+import multiprocessing.reduction
+import multiprocessing.util
+import os
 import weakref
 
 from . import _ptr, _types
@@ -212,6 +216,38 @@ def open(handle, fds):  # noqa: A001 (the library's name; builtins.open is not u
     out, size, given = ctypes.c_void_p(), ctypes.c_size_t(), (ctypes.c_int32 * len(fds))(*fds)
     library().gpumem_ipc_open(ctypes.byref(handle._struct()), given, len(fds), ctypes.byref(out), ctypes.byref(size))
     return Imported(out.value, size.value)
+
+
+def pickled_fds(handle):
+    """New descriptors of `handle` (this process's export) as multiprocessing.reduction.DupFd
+    objects, for a pickle that multiprocessing's ForkingPickler carries (a queue, a pipe, a new
+    process's arguments); open_pickled() is the receiver's half."""
+    fds = handle.fds()
+    # While a process starts, the descriptors of its arguments go to the child as they are, after
+    # the pickling: those stay open until the starting process object goes. Otherwise DupFd keeps
+    # a copy of its own, and ours are closed at once.
+    spawning = multiprocessing.context.get_spawning_popen()
+    try:
+        return [multiprocessing.reduction.DupFd(fd) for fd in fds]
+    finally:
+        for fd in fds:
+            if spawning is None:
+                os.close(fd)
+            else:
+                multiprocessing.util.Finalize(spawning, os.close, (fd,))
+
+
+def open_pickled(data, fd_count, passed):
+    """open() of a handle's bytes and the DupFd objects pickled_fds() made for it, in the receiving
+    process; the descriptors they give are closed after."""
+    fds = []
+    try:
+        for dup in passed:
+            fds.append(dup.detach())
+        return open(Handle(data, fd_count), fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def send(sock, handle):

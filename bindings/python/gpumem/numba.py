@@ -17,14 +17,20 @@ grows past Numba's thresholds, when an allocation runs out of memory, and at a c
 queue is held while `numba.cuda.defer_cleanup()` is active. Memory is allocated and freed on the
 legacy default stream, and a freed block is handed out again at once: synchronize work of other
 streams that uses an array before the array goes. Pinned and mapped host memory stay Numba's own.
-Numba's IPC (`DeviceNDArray.get_ipc_handle`) carries a cuIpcGetMemHandle handle, which cannot
-describe gpumem's memory: share it with gpumem.ipc (its handles travel with file descriptors).
+
+Numba's IPC works as with Numba's own memory: `DeviceNDArray.get_ipc_handle()` gives a handle
+that multiprocessing carries (a queue, a pipe, a new process's arguments) and the receiver opens
+with `with handle as array:`. The handle is gpumem.ipc's, its file descriptors passed by
+multiprocessing: it opens where it is unpickled (gpumem must be importable there), and its
+memory is closed at the end of the with block or when the handle is collected. Synchronize
+before sending: the receiver's reads are not ordered after the sender's writes.
 """
 import ctypes
 import inspect
 import threading
 import weakref
 
+from . import ipc
 from ._lib import call_quietly, library
 from .allocator import Pool
 from .device import query_memory
@@ -138,11 +144,11 @@ def _build():
             return driver.MemoryInfo(free=free, total=total)
 
         def get_ipc_handle(self, memory):
-            raise NotImplementedError(
-                "Numba's IPC handles (cuIpcGetMemHandle) cannot describe gpumem's memory, which is shared "
-                "through file descriptors: export the allocation with gpumem.ipc.export(address, "
-                "gpumem.numba.tenant(device)) and open it with gpumem.ipc.open() in the other process"
-            )
+            """An IpcHandle of gpumem.ipc for the allocation `memory` (a MemoryPointer, or a view of one)."""
+            owner = getattr(memory, "owner", None) or memory
+            start = int(owner.device_pointer_value)
+            handle = ipc.export(start, tenant(self._device()))
+            return IpcHandle(handle, int(memory.device_pointer_value) - start, int(memory.size))
 
         def reset(self):
             """Numba's reset (its pending frees run), then the pool gives back what it caches."""
@@ -157,6 +163,39 @@ def _build():
 
     GpumemMemoryManager.__module__ = __name__
     return GpumemMemoryManager
+
+
+class IpcHandle:
+    """What GpumemMemoryManager.get_ipc_handle() gives, in the place of Numba's IpcHandle: pickled by
+    multiprocessing, it carries the handle's bytes and its descriptors; unpickled, it is open, and
+    open(context) gives Numba a MemoryPointer of `size` bytes at `offset` into the memory."""
+
+    def __init__(self, handle, offset, size, imported=None):
+        self._handle, self.offset, self.size, self._imported = handle, offset, size, imported
+
+    def __reduce__(self):
+        if self._handle is None:
+            raise ValueError("an opened IPC handle cannot be sent on; export the memory in the process that owns it")
+        return (_open_ipc_handle, (self._handle.data, self._handle.fd_count, ipc.pickled_fds(self._handle),
+                                   self.offset, self.size))
+
+    def open(self, context):
+        """The memory, in `context` (Numba's), as a MemoryPointer; close() ends it."""
+        if self._imported is None or self._imported.closed:
+            raise ValueError("this IPC handle is not open here: it opens in the process that receives it")
+        from numba.cuda.cudadrv import driver
+
+        return _memory_pointer(driver, weakref.proxy(context), self._imported.ptr + self.offset, self.size, None)
+
+    def close(self):
+        """Closes the memory here; the exporter may reuse it once every importer has."""
+        if self._imported is not None and not self._imported.closed:
+            self._imported.close()
+
+
+def _open_ipc_handle(data, fd_count, passed, offset, size):
+    """The receiver's half of IpcHandle's pickle; the pickle names it, so gpumem must be importable."""
+    return IpcHandle(None, offset, size, ipc.open_pickled(data, fd_count, passed))
 
 
 def _manager_class():

@@ -1,6 +1,6 @@
 """gpumem as PyTorch's CUDA allocator, through PyTorch's pluggable allocator and the functions
-libgpumem exports for it (gpumem_torch_alloc, gpumem_torch_free, gpumem_torch_record_stream;
-include/gpumem/torch.h).
+libgpumem exports for it (gpumem_torch_alloc_raising, gpumem_torch_free,
+gpumem_torch_record_stream; include/gpumem/torch.h).
 
     import gpumem.torch
     import torch
@@ -20,9 +20,9 @@ gpumem.cupy when shared) reuse what PyTorch frees, and PyTorch has budgets of it
 arguments, or GPUMEM_TORCH_LIMIT and GPUMEM_TORCH_SOFT_LIMIT).
 
 What reaches PyTorch: allocations, frees and, where this PyTorch lets a pluggable allocator have
-it (record_stream_supported()), Tensor.record_stream. A refused allocation is PyTorch's own
-torch.cuda.OutOfMemoryError, whose message does not carry gpumem's reason: read it with
-last_out_of_memory_detail() on the allocating thread. PyTorch's own figures and controls
+it (record_stream_supported()), Tensor.record_stream. A refused allocation raises PyTorch's own
+torch.OutOfMemoryError (any other failure, RuntimeError) with gpumem's detail as its message, the
+budget or limit that refused and what the pool held. PyTorch's own figures and controls
 (torch.cuda.memory_stats, empty_cache, memory_summary) know nothing of a pluggable allocator: this
 module's functions of the same names answer from gpumem's instead.
 
@@ -33,10 +33,7 @@ gpumem.ipc instead: the handle in the pickle, its file descriptors through multi
 passing of descriptors. The receiver needs gpumem importable; it need not call install().
 """
 import ctypes
-import multiprocessing.context
 import multiprocessing.reduction
-import multiprocessing.util
-import os
 import threading
 
 from . import ipc
@@ -85,7 +82,7 @@ def install(limit=None, soft_limit=None, devices=None):
             # The file this process loaded: PyTorch's dlopen() of it gets the same library, so
             # the tenants set here are the ones PyTorch's allocations go through.
             allocator = torch.cuda.memory.CUDAPluggableAllocator(
-                library_path(), "gpumem_torch_alloc", "gpumem_torch_free"
+                library_path(), "gpumem_torch_alloc_raising", "gpumem_torch_free"
             )
             native = getattr(allocator, "allocator", lambda: None)()
             set_record_stream = getattr(native, "set_record_stream_fn", None)
@@ -388,19 +385,7 @@ def _reduce_gpumem(tensor):
     except Error:
         return None  # not memory of gpumem's allocator: PyTorch's reducer
     torch.cuda.synchronize(tensor.device)
-    fds = handle.fds()
-    # While a process starts, the descriptors of its arguments go to the child as they are, after
-    # the pickling: those stay open until the starting process object goes. Otherwise DupFd keeps
-    # a copy of its own, and ours are closed at once.
-    spawning = multiprocessing.context.get_spawning_popen()
-    try:
-        passed = [multiprocessing.reduction.DupFd(fd) for fd in fds]
-    finally:
-        for fd in fds:
-            if spawning is None:
-                os.close(fd)
-            else:
-                multiprocessing.util.Finalize(spawning, os.close, (fd,))
+    passed = ipc.pickled_fds(handle)
     return (_rebuild_tensor, (handle.data, handle.fd_count, passed, nbytes, *view))
 
 
@@ -421,14 +406,7 @@ class _StorageBytes:
 def _rebuild_tensor(data, fd_count, passed, nbytes, dtype, shape, stride, offset, requires_grad, parameter):
     """The receiver's half of _reduce_gpumem; the pickle names it, so gpumem must be importable."""
     torch = _torch()
-    fds = []
-    try:
-        for dup in passed:
-            fds.append(dup.detach())
-        imported = ipc.open(ipc.Handle(data, fd_count), fds)
-    finally:
-        for fd in fds:
-            os.close(fd)
+    imported = ipc.open_pickled(data, fd_count, passed)
     if imported.size < nbytes:
         imported.close()
         raise ValueError(f"the imported memory holds {imported.size} bytes, fewer than the storage's {nbytes}")

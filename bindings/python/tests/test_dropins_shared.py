@@ -98,15 +98,14 @@ if "torch" in libraries:
         out["torch_stats"] = {k: stats[k] for k in ("allocated_bytes.all.current", "reserved_bytes.all.current",
                                                     "gpumem.limit")}
         out["summary"] = gpumem.torch.memory_summary(0)
-        # The budget, asked of the tenant itself: PyTorch 2.11's pluggable allocator does not check
-        # for NULL, so a refusal through torch.empty gives a tensor of no memory, not an error.
         try:
-            gpumem.torch.tenant(0).alloc(1 << 30)  # past GPUMEM_TORCH_LIMIT
+            torch.empty(1 << 30, dtype=torch.uint8, device="cuda")  # past GPUMEM_TORCH_LIMIT
             out["torch_oom"] = None
-        except gpumem.OutOfMemory as error:
+        except torch.OutOfMemoryError as error:
             out["torch_oom"] = type(error).__name__
             out["torch_oom_detail"] = str(error)
         out["torch_after_oom"] = float(torch.ones(1000, device="cuda").sum())
+        torch.cuda.synchronize()  # no kernel ran on memory that was never there
 
 if "cupy" in libraries:
     import cupy
@@ -118,6 +117,11 @@ if "cupy" in libraries:
     big = cupy.ones(32 << 20, dtype=cupy.float32)  # 128 MiB: CuPy's budget is not PyTorch's
     out["cupy_big"] = float(big[::1 << 20].sum())
     if mode == "gpumem":
+        try:
+            cupy.empty(300 * 10**6, dtype=cupy.uint8)  # with `big`, past GPUMEM_CUPY_LIMIT
+            out["cupy_oom"] = None
+        except cupy.cuda.memory.OutOfMemoryError as error:
+            out["cupy_oom"] = str(error)
         t = gpumem.cupy.pool(0)
         out["cupy_tenant"] = t.name
         out["cupy_in_use"] = t.info().bytes_in_use
@@ -144,10 +148,40 @@ if "numba" in libraries:
     except Exception as error:  # no NVVM to compile with, for one
         out["numba_skip"] = f"{type(error).__name__}: {error}"
     if mode == "gpumem":
+        try:
+            cuda.device_array(100 * 10**6, dtype=numpy.uint8)  # past GPUMEM_NUMBA_LIMIT
+            out["numba_oom"] = None
+        except MemoryError as error:
+            out["numba_oom"] = str(error)
         t = gpumem.numba.tenant(0)
         out["numba_manager"] = type(cuda.current_context().memory_manager).__name__
         out["numba_in_use"] = t.info().bytes_in_use
         out["numba_upstream"] = t.upstream.handle
+if {"torch", "cupy"} <= libraries:
+    # DLPack both ways: the memory stays its allocator's, and goes back there when the last of
+    # the two arrays goes, whichever that is.
+    def in_use(name):
+        return (gpumem.torch.tenant(0) if name == "torch" else gpumem.cupy.pool(0)).info().bytes_in_use \
+            if mode == "gpumem" else 0
+    exchanged = {}
+    for producer in ("cupy", "torch"):
+        before = in_use(producer)
+        if producer == "cupy":
+            made = cupy.arange(1 << 20, dtype=cupy.float32)
+            other = torch.from_dlpack(made)
+        else:
+            made = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
+            other = cupy.from_dlpack(made)
+        held = in_use(producer) - before
+        del made
+        gc.collect()
+        total = float(other.sum())
+        kept = in_use(producer) - before
+        del other
+        gc.collect()
+        torch.cuda.synchronize()
+        exchanged[producer] = [total, held, kept, in_use(producer) - before]
+    out["dlpack"] = exchanged
 print(json.dumps(out))
 """
 
@@ -199,11 +233,6 @@ out["round_trip"] = bool((d.copy_to_host() == host).all()) and bool((e.copy_to_h
 out["in_use"] = t.info().bytes_in_use
 free, total = ctx.get_memory_info()
 out["memory_info"] = [free, total]
-try:
-    d.get_ipc_handle()
-    out["ipc"] = None
-except NotImplementedError as error:
-    out["ipc"] = str(error)
 
 def flush():
     gc.collect()
@@ -232,7 +261,8 @@ class SharedPoolTest(unittest.TestCase):
         for name, why in _AVAILABLE.items():
             if why:
                 print(f"\n{name}'s part skipped: {why}", file=sys.stderr)
-        ours = _result(_run(SHARED, "gpumem", ",".join(libraries), env={"GPUMEM_TORCH_LIMIT": "512MB"}))
+        budgets = {"GPUMEM_TORCH_LIMIT": "512MB", "GPUMEM_CUPY_LIMIT": "256MB", "GPUMEM_NUMBA_LIMIT": "64MB"}
+        ours = _result(_run(SHARED, "gpumem", ",".join(libraries), env=budgets))
         upstreams = {ours[f"{name}_upstream"] for name in libraries}
         self.assertEqual(upstreams, {ours["pool"]})  # every tenant is one of device 0's pool
 
@@ -246,8 +276,9 @@ class SharedPoolTest(unittest.TestCase):
             self.assertEqual(ours["torch_stats"]["allocated_bytes.all.current"], ours["torch_in_use"])
             self.assertGreaterEqual(ours["torch_stats"]["reserved_bytes.all.current"], ours["torch_in_use"])
             self.assertIn("tenant 'torch'", ours["summary"])
-            self.assertIsNotNone(ours["torch_oom"], "1 GiB past a 512 MB budget was not refused")
+            self.assertEqual(ours["torch_oom"], "OutOfMemoryError", "1 GiB past a 512 MB budget was not refused")
             self.assertIn("tenant 'torch'", ours["torch_oom_detail"])
+            self.assertIn("512,000,000", ours["torch_oom_detail"])
             self.assertEqual(ours["torch_after_oom"], 1000.0)
         if "cupy" in libraries:
             n = 1_000_000
@@ -256,13 +287,26 @@ class SharedPoolTest(unittest.TestCase):
             self.assertEqual(ours["cupy_tenant"], "cupy")
             self.assertGreater(ours["cupy_in_use"], 0)
             self.assertEqual(ours["cupy_used_bytes"], ours["cupy_in_use"])
+            self.assertIsNotNone(ours["cupy_oom"], "300 MB more past a 256 MB budget was not refused")
+            self.assertIn("tenant 'cupy'", ours["cupy_oom"])
         if "numba" in libraries:
             self.assertEqual(ours["numba_manager"], "GpumemMemoryManager")
             self.assertGreater(ours["numba_in_use"], 0)
+            self.assertIsNotNone(ours["numba_oom"], "100 MB past a 64 MB budget was not refused")
+            self.assertIn("tenant 'numba'", ours["numba_oom"])
             if "numba_skip" in ours:
                 print(f"\nNumba's kernel skipped: {ours['numba_skip']}", file=sys.stderr)
             else:
                 self.assertTrue(ours["numba_ok"])
+
+        if {"torch", "cupy"} <= set(libraries):
+            total = float(sum(range(1 << 20)))
+            for producer, (got, held, kept, after) in ours["dlpack"].items():
+                with self.subTest(producer=producer):
+                    self.assertEqual(got, total)
+                    self.assertEqual(held, 4 << 20)  # the producer's tenant holds the array
+                    self.assertEqual(kept, 4 << 20)  # still, after the producer let go
+                    self.assertEqual(after, 0)  # back when the consumer let go
 
     @unittest.skipIf(_AVAILABLE["torch"], _AVAILABLE["torch"] or "")
     def test_record_stream_fences_the_free(self):
@@ -282,7 +326,6 @@ class SharedPoolTest(unittest.TestCase):
         free, total = result["memory_info"]
         self.assertGreater(total, 0)
         self.assertLessEqual(free, total)
-        self.assertIn("gpumem.ipc", result["ipc"])
         self.assertEqual(result["after_free"], 0)
         self.assertGreater(result["deferred"], 0)  # held while defer_cleanup() is active
         self.assertEqual(result["after_defer"], 0)

@@ -282,6 +282,49 @@ def _torch_share():
     return reports
 
 
+# ---- Numba: DeviceNDArray.get_ipc_handle over gpumem.numba ---------------------------------------
+
+
+@_reporting
+def _numba_importer(inbox, results):
+    """Opens the array Numba's way (with handle as array), reads it, writes its first element."""
+    from numba import cuda
+
+    import gpumem
+
+    handle = inbox.get(timeout=TIMEOUT)
+    with handle as array:
+        got = array.copy_to_host()
+        report = {"sum": float(got.sum()), "shape": list(got.shape), "dtype": got.dtype.str,
+                  "imports": gpumem.ipc.info().imports}
+        array[0:1].copy_to_device(got[:1] * 0 - 1)
+        cuda.synchronize()
+    report["imports_after"] = gpumem.ipc.info().imports
+    results.put(report)
+
+
+def _numba_share():
+    """In a process of its own (Numba's memory manager is gpumem's): a view of an array to a child."""
+    import gpumem.numba
+
+    gpumem.numba.use_gpumem_for_numba()
+    import numpy
+    from numba import cuda
+
+    results, inbox = multiprocessing.get_context("spawn").Queue(), multiprocessing.get_context("spawn").Queue()
+    child = _start(_numba_importer, inbox, results)
+    try:
+        array = cuda.to_device(numpy.arange(1000, dtype=numpy.float32))
+        cuda.synchronize()
+        inbox.put(array[10:].get_ipc_handle())
+        report = _get(results, child)
+        report["written"] = float(array.copy_to_host()[10])  # the child's write, seen here
+        report["exitcode"] = _finish(child)
+    finally:
+        _finish(child, 0)
+    return report
+
+
 # ---- CuPy: export_array / open_array -------------------------------------------------------------
 
 
@@ -439,6 +482,21 @@ class TorchShareTest(unittest.TestCase):
                 self.assertEqual(report["imports_after"], 0)
                 self.assertEqual((report["exported_after"], report["held_after"]), (0, 0))
                 self.assertEqual(report["exitcode"], 0)
+
+
+@unittest.skipUnless(GPUS > 0, NO_GPU)
+class NumbaShareTest(unittest.TestCase):
+    def test_numba_ipc_handle_opens_in_another_process(self):
+        skip = _skip_without("numba", lambda numba: __import__("numba.cuda").cuda.is_available())
+        if skip:
+            self.skipTest(skip)
+        report = _call_in_subprocess("_numba_share")
+        self.assertEqual(report["sum"], float(sum(range(10, 1000))))
+        self.assertEqual((report["shape"], report["dtype"]), ([990], "<f4"))
+        self.assertEqual(report["imports"], 1)
+        self.assertEqual(report["imports_after"], 0)
+        self.assertEqual(report["written"], -1.0)
+        self.assertEqual(report["exitcode"], 0)
 
 
 @unittest.skipUnless(GPUS > 0, NO_GPU)

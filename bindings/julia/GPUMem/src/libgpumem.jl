@@ -652,6 +652,8 @@ gpumem_device_get_info(device, out_info) =
 gpumem_device_query_memory(device, out_free, out_total) =
     ccall(@sym(:gpumem_device_query_memory), gpumem_status_t, (Int32, Ptr{Csize_t}, Ptr{Csize_t}), device,
           out_free, out_total)
+gpumem_stream_wait(stream, producer) =
+    ccall(@sym(:gpumem_stream_wait), gpumem_status_t, (gpumem_stream_t, gpumem_stream_t), stream, producer)
 
 # memory.h
 gpumem_device_alloc(device, size, out_ptr) =
@@ -906,6 +908,10 @@ gpumem_tenant_get_info(tenant, out_info) =
 # torch.h (PyTorch's pluggable allocator; declared so that the package covers the whole ABI)
 gpumem_torch_alloc(size, device, stream) =
     ccall(@sym(:gpumem_torch_alloc), Ptr{Cvoid}, (Cptrdiff_t, Int32, gpumem_stream_t), size, device, stream)
+# Throws C++ exceptions on failure: for PyTorch to load, never to call from Julia.
+gpumem_torch_alloc_raising(size, device, stream) =
+    ccall(@sym(:gpumem_torch_alloc_raising), Ptr{Cvoid}, (Cptrdiff_t, Int32, gpumem_stream_t), size, device,
+          stream)
 gpumem_torch_free(ptr, size, device, stream) =
     ccall(@sym(:gpumem_torch_free), Cvoid, (Ptr{Cvoid}, Cptrdiff_t, Int32, gpumem_stream_t), ptr, size, device,
           stream)

@@ -643,6 +643,7 @@ extern "C" {
     pub fn gpumem_device_get_count(out_count: *mut i32) -> gpumem_status_t;
     pub fn gpumem_device_get_info(device: i32, out_info: *mut gpumem_device_info_t) -> gpumem_status_t;
     pub fn gpumem_device_query_memory(device: i32, out_free: *mut usize, out_total: *mut usize) -> gpumem_status_t;
+    pub fn gpumem_stream_wait(stream: gpumem_stream_t, producer: gpumem_stream_t) -> gpumem_status_t;
 
     // memory.h
     pub fn gpumem_device_alloc(device: i32, size: usize, out_ptr: *mut *mut c_void) -> gpumem_status_t;
@@ -869,6 +870,8 @@ extern "C" {
 
     // torch.h (`ptrdiff_t` is `isize`, PyTorch's `ssize_t` on LP64 Linux)
     pub fn gpumem_torch_alloc(size: isize, device: i32, stream: gpumem_stream_t) -> *mut c_void;
+    /// Throws C++ exceptions on failure: for PyTorch's pluggable allocator only, never to call from Rust.
+    pub fn gpumem_torch_alloc_raising(size: isize, device: i32, stream: gpumem_stream_t) -> *mut c_void;
     pub fn gpumem_torch_free(ptr: *mut c_void, size: isize, device: i32, stream: gpumem_stream_t);
     pub fn gpumem_torch_set_allocator(device: i32, allocator: *mut gpumem_allocator_t) -> gpumem_status_t;
     pub fn gpumem_torch_record_stream(ptr: *mut c_void, stream: gpumem_stream_t);
