@@ -1,11 +1,15 @@
 // gpumem_shutdown (gpumem/experimental.h) over no driver: refused while the caller holds a handle,
-// then it joins staging's worker threads, and a later copy starts them again with its bytes right.
+// then it joins staging's worker threads, and a later copy starts them again with its bytes right,
+// as many as GPUMEM_COPY_THREADS says (less the calling thread), which must be a number.
 #include <dirent.h>
 #include <gpumem/experimental.h>
 #include <gpumem/gpumem.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "memory/memory.hpp"
@@ -41,11 +45,17 @@ bool split_copy(unsigned char seed) {
 
 }  // namespace
 
+// The workers GPUMEM_COPY_THREADS asks for: one thread fewer, at most 15 (cores do not bound a
+// number given).
+int expected_workers(const char* threads) { return std::min(std::atoi(threads), 16) - 1; }
+
 int main() {
   const char* test = "test_shutdown";
+  const char* threads = std::getenv("GPUMEM_COPY_THREADS");
   CHECK(split_copy(1));
   const int workers = copy_workers();
-  if (workers == 0) std::printf("note: one core, so no copy workers: only the refusals are checked\n");
+  if (threads) CHECK(workers == expected_workers(threads));
+  if (workers == 0) std::printf("note: no copy workers: only the refusals are checked\n");
 
   gpumem_allocator_t* host = nullptr;
   CHECK(gpumem_allocator_create_host(0, &host) == GPUMEM_SUCCESS);
@@ -58,6 +68,25 @@ int main() {
   CHECK(copy_workers() == 0);
   CHECK(gpumem_shutdown() == GPUMEM_SUCCESS);  // again: nothing left to stop
   CHECK(split_copy(2));                        // gpumem goes on: the workers start again
+  CHECK(copy_workers() == workers);
+
+  // A value that is no number of threads is refused when the workers start, naming it.
+  CHECK(gpumem_shutdown() == GPUMEM_SUCCESS);
+  setenv("GPUMEM_COPY_THREADS", "lots", 1);
+  bool refused = false;
+  try {
+    split_copy(3);
+  } catch (const gpumem::Error& e) {
+    refused = e.status() == GPUMEM_ERROR_INVALID_ARGUMENT &&
+              std::string(e.what()).find("GPUMEM_COPY_THREADS=\"lots\"") != std::string::npos;
+  }
+  CHECK(refused);
+  CHECK(copy_workers() == 0);
+  if (threads)
+    setenv("GPUMEM_COPY_THREADS", threads, 1);
+  else
+    unsetenv("GPUMEM_COPY_THREADS");
+  CHECK(split_copy(4));
   CHECK(copy_workers() == workers);
   std::printf("%d copy workers; %d failures\n", workers, failures);
   return failures ? 1 : 0;
