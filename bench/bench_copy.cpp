@@ -12,6 +12,7 @@
 #include <gpumem/gpumem.h>
 
 #include "bench_common.hpp"
+#include "copy_rows.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -26,17 +27,12 @@
 
 namespace {
 
+using namespace copy_rows;
+
 constexpr size_t KiB = size_t{1} << 10;
 constexpr size_t MiB = size_t{1} << 20;
 constexpr size_t GiB = size_t{1} << 30;
 constexpr size_t kFloat = sizeof(float);
-
-// Every destination holds this before it is copied to: a byte of it left inside the region, or
-// a byte other than it outside, is a wrong copy.
-constexpr unsigned char kPoison = 0xA5;
-// The first copies of a kind may allocate (gpumem's staging buffers, the driver's own) and
-// load code; they are not timed.
-constexpr int kWarmups = 2;
 
 bool quick = false;
 
@@ -45,164 +41,6 @@ std::string size_name(size_t n) {
   if (n >= MiB && n % MiB == 0) return std::to_string(n / MiB) + "MiB";
   if (n >= KiB && n % KiB == 0) return std::to_string(n / KiB) + "KiB";
   return std::to_string(n) + "B";
-}
-
-// ---------------------------------------------------------------------------------------------
-// Buffers
-
-uint64_t mix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// Never repeats within a buffer and differs between seeds, so a row that lands shifted, twice, or
-// from the wrong place does not match what is expected.
-void fill_pattern(unsigned char* p, size_t n, uint64_t seed) {
-  const uint64_t base = mix64(seed);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const uint64_t w = mix64(base + i);
-    std::memcpy(p + i, &w, 8);
-  }
-  for (; i < n; ++i) p[i] = static_cast<unsigned char>(mix64(base + i));
-}
-
-// Plain pageable memory from malloc, as a user's buffer is. Whoever makes one fills or poisons
-// it, so its pages are touched before anything is timed.
-struct HostBuffer {
-  unsigned char* p;
-  size_t size;
-
-  explicit HostBuffer(size_t n) : p(static_cast<unsigned char*>(std::malloc(n))), size(n) {
-    if (p == nullptr) throw Failure("malloc of " + std::to_string(n) + " bytes failed");
-  }
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-  ~HostBuffer() { std::free(p); }
-};
-
-// The program works with device 0 current; this makes another one current for a scope.
-struct OnDevice {
-  explicit OnDevice(int device) { check(cudaSetDevice(device), "cudaSetDevice"); }
-  OnDevice(const OnDevice&) = delete;
-  OnDevice& operator=(const OnDevice&) = delete;
-  ~OnDevice() { cudaSetDevice(0); }
-};
-
-struct DeviceBuffer {
-  unsigned char* p = nullptr;
-  size_t size;
-  int device;
-
-  DeviceBuffer(int dev, size_t n) : size(n), device(dev) {
-    OnDevice on(device);
-    void* m = nullptr;
-    check(cudaMalloc(&m, n), "cudaMalloc");
-    p = static_cast<unsigned char*>(m);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    cudaSetDevice(device);
-    cudaFree(p);
-    cudaSetDevice(0);
-  }
-
-  void poison() const {
-    OnDevice on(device);
-    check(cudaMemset(p, kPoison, size), "cudaMemset (poison)");
-    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (poison)");
-  }
-  void upload(const unsigned char* host) const {
-    check(cudaMemcpy(p, host, size, cudaMemcpyDefault), "cudaMemcpy (fill the source)");
-  }
-  void read_back(size_t offset, size_t n, unsigned char* host) const {
-    check(cudaMemcpy(host, p + offset, n, cudaMemcpyDefault), "cudaMemcpy (read back)");
-  }
-};
-
-// "" when got equals expected; otherwise how many bytes differ and the first of them, at its
-// offset in the destination buffer (got starts at `offset` there).
-std::string differences(const unsigned char* expected, const unsigned char* got, size_t n, size_t offset) {
-  if (std::memcmp(expected, got, n) == 0) return "";
-  size_t wrong = 0, first = 0;
-  for (size_t i = n; i-- > 0;)
-    if (expected[i] != got[i]) {
-      ++wrong;
-      first = i;
-    }
-  const char* why = expected[first] == kPoison ? "outside the region: written"
-                    : got[first] == kPoison    ? "inside the region: not written"
-                                               : "inside the region: another byte";
-  char text[256];
-  std::snprintf(
-      text, sizeof text,
-      "%zu of %zu bytes checked differ; the first at byte %zu of the destination (%s): 0x%02x, 0x%02x expected", wrong,
-      n, offset + first, why, got[first], expected[first]);
-  return text;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Rows: both sides of a row copy the same bytes between the same buffers, wait the same way,
-// and are checked the same way.
-
-struct Cell {
-  enum Kind { kFigure, kWrong, kFailed } kind = kFailed;
-  double gbps = 0;
-  std::string what;
-};
-
-struct Row {
-  std::string test;
-  size_t bytes = 0;
-  int reps = 0;
-  int batch = 1;                        // copies per timed sample, waited for once
-  std::function<void()> poison;         // the destination, before the warm-up
-  std::function<void()> wait;           // after every copy and timed with it
-  std::function<std::string()> verify;  // "" when the destination is right
-};
-
-using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-// The copies are idempotent, so the destination after the last timed copy is what one copy
-// writes; it is checked once, after the timing.
-Cell measure(const Row& row, const std::function<void()>& copy) {
-  Cell c;
-  try {
-    row.poison();
-    for (int i = 0; i < kWarmups; ++i) {
-      copy();
-      row.wait();
-    }
-    std::vector<double> ns;
-    for (int r = 0; r < row.reps; ++r) {
-      const Clock::time_point t0 = Clock::now();
-      for (int k = 0; k < row.batch; ++k) copy();
-      row.wait();
-      ns.push_back(
-          static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()) /
-          row.batch);
-    }
-    c.what = row.verify();
-    if (!c.what.empty()) {
-      c.kind = Cell::kWrong;
-      return c;
-    }
-    c.kind = Cell::kFigure;
-    c.gbps = static_cast<double>(row.bytes) / median(std::move(ns));  // bytes per ns = GB/s
-  } catch (const Failure& f) {
-    c.kind = Cell::kFailed;
-    c.what = f.what();
-  }
-  return c;
 }
 
 std::vector<std::string> issues;  // WRONG and FAIL lines, printed after the table
@@ -216,15 +54,55 @@ std::string cell_text(const Cell& c) {
   return text;
 }
 
-void print_row(const std::string& test, size_t bytes, const Cell& g, const Cell& d) {
-  std::string ratio = "-";
-  if (g.kind == Cell::kFigure && d.kind == Cell::kFigure) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.3f", g.gbps / d.gbps);
-    ratio = text;
+// What a row must reach (the targets of bench/README.md), against the driver or the limit: the
+// same bytes as one flat copy between device buffers, or between device memory and page-locked
+// host memory, measured in the same run.
+enum class Target {
+  kNearLimit,   // wide pitched rows: at least 95% of a flat copy of the same bytes
+  kPastDriver,  // narrow or misaligned rows: at least 1.5 times the driver
+  kStaged,      // pageable copies of 64 MiB and up: 45 GB/s or more, and not slower than the driver
+  kNotSlower,   // smaller pageable copies: not slower than the driver
+};
+
+std::vector<std::string> missed;  // the rows whose target was missed, for the summary line
+int met = 0;
+
+std::string judge(Target t, const Cell& g, const Cell& d, const Cell& limit) {
+  if (g.kind != Cell::kFigure || d.kind != Cell::kFigure || (t == Target::kNearLimit && limit.kind != Cell::kFigure))
+    return "-";
+  bool ok = false;
+  switch (t) {
+    case Target::kNearLimit:
+      ok = g.gbps >= 0.95 * limit.gbps;
+      break;
+    case Target::kPastDriver:
+      ok = g.gbps >= 1.5 * d.gbps;
+      break;
+    case Target::kStaged:
+      ok = g.gbps >= 45 && g.gbps >= d.gbps;
+      break;
+    case Target::kNotSlower:
+      ok = g.gbps >= d.gbps;
+      break;
   }
-  std::printf("| %s | %zu | %s | %s | %s |\n", test.c_str(), bytes, cell_text(g).c_str(), cell_text(d).c_str(),
-              ratio.c_str());
+  static const char* const kNames[] = {">= 0.95 x limit", ">= 1.5 x driver", ">= 45 GB/s, >= driver", ">= driver"};
+  return std::string(ok ? "met (" : "missed (") + kNames[static_cast<int>(t)] + ")";
+}
+
+std::string ratio_text(const Cell& a, const Cell& b) {
+  if (a.kind != Cell::kFigure || b.kind != Cell::kFigure) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", a.gbps / b.gbps);
+  return text;
+}
+
+void print_row(const std::string& test, size_t bytes, const Cell& g, const Cell& d, const Cell& limit, Target t) {
+  const std::string verdict = judge(t, g, d, limit);
+  if (verdict.rfind("met", 0) == 0) ++met;
+  if (verdict.rfind("missed", 0) == 0) missed.push_back(test);
+  std::printf("| %s | %zu | %s | %s | %s | %s | %s | %s |\n", test.c_str(), bytes, cell_text(g).c_str(),
+              cell_text(d).c_str(), ratio_text(g, d).c_str(), cell_text(limit).c_str(), ratio_text(g, limit).c_str(),
+              verdict.c_str());
   std::fflush(stdout);
   const auto record = [&](const char* side, const Cell& c) {
     if (c.kind == Cell::kWrong) issues.push_back(std::string("WRONG ") + side + " " + test + ": " + c.what);
@@ -237,7 +115,15 @@ void print_row(const std::string& test, size_t bytes, const Cell& g, const Cell&
 void print_setup_failure(const std::string& test, size_t bytes, const char* what) {
   Cell failed;
   failed.what = std::string("setting up the row: ") + what;
-  print_row(test, bytes, failed, failed);
+  print_row(test, bytes, failed, failed, failed, Target::kNotSlower);
+}
+
+// The limit of a row: `copy` timed as the row's copies are, its bytes not checked.
+Cell measure_limit(const Row& row, const std::function<void()>& copy) {
+  Row limit = row;
+  limit.poison = [] {};
+  limit.verify = [] { return std::string(); };
+  return measure(limit, copy);
 }
 
 void wait_device_0() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
@@ -267,6 +153,7 @@ struct Box {
   bool three_d;    // gpumem_copy3d and cudaMemcpy3D; otherwise gpumem_copy2d and cudaMemcpy2D
   int dst_device;  // 1: from device 0 to device 1, the driver through cudaMemcpy3DPeer
   uint64_t seed;
+  Target target;
 };
 
 std::string verify_box(const Box& b, const unsigned char* src_image, const DeviceBuffer& dst) {
@@ -381,7 +268,17 @@ void bench_box(const Box& b, int reps, bool on_stream) {
     };
     const Cell g = measure(row, through_gpumem);
     const Cell d = measure(row, through_driver);
-    print_row(row.test, bytes, g, d);
+    const Cell limit = measure_limit(row, [&] {
+      if (b.dst_device != 0)
+        check(on_stream ? cudaMemcpyPeerAsync(dst.p, b.dst_device, src.p, 0, bytes, stream)
+                        : cudaMemcpyPeer(dst.p, b.dst_device, src.p, 0, bytes),
+              "cudaMemcpyPeer (the limit)");
+      else
+        check(on_stream ? cudaMemcpyAsync(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice, stream)
+                        : cudaMemcpy(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice),
+              "cudaMemcpy (the limit)");
+    });
+    print_row(row.test, bytes, g, d, limit, b.target);
   } catch (const Failure& f) {
     print_setup_failure(test, bytes, f.what());
   }
@@ -461,7 +358,10 @@ void bench_h2d(size_t n) {
         row, [&] { check(gpumem_copy(dev.p + kMargin, host.p + kMargin, n), "gpumem_copy"); }, g));
     const Cell d = measure(
         row, [&] { check(cudaMemcpy(dev.p + kMargin, host.p + kMargin, n, cudaMemcpyHostToDevice), "cudaMemcpy"); });
-    print_row(test, n, g, d);
+    PinnedBuffer pinned(n);
+    const Cell limit = measure_limit(
+        row, [&] { check(cudaMemcpy(dev.p + kMargin, pinned.p, n, cudaMemcpyHostToDevice), "cudaMemcpy (pinned)"); });
+    print_row(test, n, g, d, limit, n >= 64 * MiB ? Target::kStaged : Target::kNotSlower);
   } catch (const Failure& f) {
     print_setup_failure(test, n, f.what());
   }
@@ -495,7 +395,10 @@ void bench_d2h(size_t n) {
         row, [&] { check(gpumem_copy(host.p + kMargin, dev.p + kMargin, n), "gpumem_copy"); }, g));
     const Cell d = measure(
         row, [&] { check(cudaMemcpy(host.p + kMargin, dev.p + kMargin, n, cudaMemcpyDeviceToHost), "cudaMemcpy"); });
-    print_row(test, n, g, d);
+    PinnedBuffer pinned(n);
+    const Cell limit = measure_limit(
+        row, [&] { check(cudaMemcpy(pinned.p, dev.p + kMargin, n, cudaMemcpyDeviceToHost), "cudaMemcpy (pinned)"); });
+    print_row(test, n, g, d, limit, n >= 64 * MiB ? Target::kStaged : Target::kNotSlower);
   } catch (const Failure& f) {
     print_setup_failure(test, n, f.what());
   }
@@ -508,21 +411,30 @@ constexpr Side kPlane{0, 0, 0, 8192 * kFloat, 8192, 1};
 constexpr size_t kPlaneWidth = 6000 * kFloat;
 
 constexpr Box kBoxes[] = {
-    {"2D D2D 6000 of 8192 float columns x 8192 rows", kPlane, kPlane, kPlaneWidth, 8192, 1, false, 0, 1},
+    {"2D D2D 6000 of 8192 float columns x 8192 rows", kPlane, kPlane, kPlaneWidth, 8192, 1, false, 0, 1,
+     Target::kNearLimit},
     // 384 x 448 x 448 floats at (16 floats, 8, 8) of a 512^3 float volume, to (0, 0, 0) of another.
     {"3D D2D 384x448x448 floats of a 512^3 volume", Side{16 * kFloat, 8, 8, 512 * kFloat, 512, 512},
-     Side{0, 0, 0, 512 * kFloat, 512, 512}, 384 * kFloat, 448, 448, true, 0, 2},
+     Side{0, 0, 0, 512 * kFloat, 512, 512}, 384 * kFloat, 448, 448, true, 0, 2, Target::kNearLimit},
     // Rows that start on no alignment at all, and end one byte before the pitch.
     {"2D D2D width 1001 pitch 1003 x 8192 rows, src x=1", Side{1, 0, 0, 1003, 8192, 1}, Side{0, 0, 0, 1003, 8192, 1},
-     1001, 8192, 1, false, 0, 3},
+     1001, 8192, 1, false, 0, 3, Target::kPastDriver},
     // The source 4 bytes into its rows, the destination at their start: 4-byte relative alignment.
     {"2D D2D width 24000 pitch 32768 x 8192 rows, src x=4", Side{4, 0, 0, 8192 * kFloat, 8192, 1}, kPlane, kPlaneWidth,
-     8192, 1, false, 0, 4},
+     8192, 1, false, 0, 4, Target::kNearLimit},
     {"2D D2D width 1 pitch 1024 x 65536 rows, src x=5", Side{5, 0, 0, 1024, 65536, 1}, Side{0, 0, 0, 1024, 65536, 1}, 1,
-     65536, 1, false, 0, 5},
+     65536, 1, false, 0, 5, Target::kPastDriver},
 };
-constexpr Box kPeerBox{
-    "2D device 0 -> 1, 6000 of 8192 float columns x 8192 rows", kPlane, kPlane, kPlaneWidth, 8192, 1, false, 1, 6};
+constexpr Box kPeerBox{"2D device 0 -> 1, 6000 of 8192 float columns x 8192 rows",
+                       kPlane,
+                       kPlane,
+                       kPlaneWidth,
+                       8192,
+                       1,
+                       false,
+                       1,
+                       6,
+                       Target::kNearLimit};
 
 // Peer access is left as it is throughout; whether it was on during the peer row shows only
 // afterwards, since asking turns it on.
@@ -558,8 +470,9 @@ int run() {
       "copies queued on one stream with the _async forms, then one cudaStreamSynchronize, per sample\n\n",
       quick ? "quick (--quick)" : "full", kWarmups, kStreamBatch);
 
-  std::printf("| test | bytes | gpumem GB/s | driver GB/s | ratio (gpumem/driver) |\n");
-  std::printf("|---|---:|---:|---:|---:|\n");
+  std::printf(
+      "| test | bytes | gpumem GB/s | driver GB/s | gpumem / driver | limit GB/s | gpumem / limit | target |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|---|\n");
   std::fflush(stdout);
   for (const Box& b : kBoxes)
     for (const bool on_stream : {false, true}) bench_box(b, quick ? 9 : 31, on_stream);
@@ -586,6 +499,9 @@ int run() {
     std::printf("%s\n", line.c_str());
   }
   for (const std::string& line : notes) std::printf("# %s\n", line.c_str());
+  std::string list;
+  for (const std::string& m : missed) list += (list.empty() ? ": " : "; ") + m;
+  std::printf("# targets: %d met, %zu missed%s\n", met, missed.size(), list.c_str());
   std::printf("# %zu cells wrong or failed\n", issues.size());
   return issues.empty() ? 0 : 1;
 }
