@@ -117,6 +117,7 @@ struct replay {
   struct address_map map;   /* the trace's address to the replay's, or kSkipped */
   struct address_map sizes; /* the trace's address to the bytes its allocation asked */
   uint64_t live, index;
+  uint64_t made_at; /* the address of the last allocation made */
   double busy;
 };
 
@@ -185,6 +186,7 @@ static int replay_alloc(struct replay* x, const gpumem_trace_record_t* rec) {
     return 0;
   }
   r->allocs++;
+  x->made_at = (uint64_t)(uintptr_t)p;
   if (address_map_put(&x->map, rec->address, (uint64_t)(uintptr_t)p) != 0 ||
       address_map_put(&x->sizes, rec->address, rec->size) != 0)
     return bookkeeping_failed(x);
@@ -241,7 +243,9 @@ void replay_run(const char* path, uint64_t capacity, uint64_t records, struct re
   memset(&rec, 0, sizeof rec);
   rec.struct_size = sizeof rec;
   if (replay_open(&x, path, capacity) != 0) goto done;
-  for (;; x.index++) {
+  /* No further than the records counted: an observer sized its tables by them, and a trace still
+   * being written may have more by now. */
+  for (; x.index < records; x.index++) {
     const int got = source_next(&x.src, &rec, r->error, sizeof r->error);
     if (got < 0) goto done;
     if (!got) break;
@@ -251,8 +255,12 @@ void replay_run(const char* path, uint64_t capacity, uint64_t records, struct re
                      : rec.event == GPUMEM_TRACE_FREE ? replay_free(&x, &rec)
                                                       : 0;
     if (made < 0) goto done;
+    if (observer && observer->on_step) {
+      const int alloc = made && rec.event == GPUMEM_TRACE_ALLOC;
+      const struct replay_step step = {x.index, &rec, made, alloc ? x.made_at : 0, x.live, x.dev.reserved, x.config};
+      observer->on_step(observer->context, &step);
+    }
     if (!made) continue;
-    if (observer && observer->on_step) observer->on_step(observer->context, rec.time_ns, x.live, x.dev.reserved);
     if (observer && observer->at_record && x.index == observer->stop_record) {
       observer->at_record(observer->context, x.config, (gpumem_stream_t)(uintptr_t)rec.stream);
       break;

@@ -23,17 +23,31 @@ struct replay_result {
   int tool_failed;  /* with error: the tool's own failure (its bookkeeping), not the configuration's */
 };
 
-/* Told of each allocation and free replayed; optionally stopped at one record. */
+/* One record as the replay met it, for an observer that pictures the replay (viz). */
+struct replay_step {
+  uint64_t index; /* of the record, from 0 */
+  const gpumem_trace_record_t* rec;
+  int made;         /* 1: allocated or freed in the replay; 0: failed, refused, skipped or not replayed */
+  uint64_t address; /* an allocation made: where the configuration put it; else 0 */
+  uint64_t live, reserved;
+  gpumem_allocator_t* config;
+};
+
+/* Told of the records as the replay reads them; optionally stopped at one record. */
 struct replay_observer {
   void* context;
-  void (*on_step)(void* context, uint64_t time_ns, uint64_t live, uint64_t reserved);
+  /* Called after every record read, made or not (step->made): failed and refused allocations,
+   * those of 0 bytes, frees of nothing, and records that are not replayed at all (a pool's
+   * upstream records, allocations that failed when recorded) included. */
+  void (*on_step)(void* context, const struct replay_step* step);
   uint64_t stop_record; /* with at_record: called after this record, then the replay ends */
   void (*at_record)(void* context, gpumem_allocator_t* config, gpumem_stream_t stream);
 };
 
-/* Replays the trace at path (a gpumem trace or an RMM CSV log; records counts them, for the
- * progress shown on a terminal) through the configuration r->name over a simulated device of
- * capacity bytes. observer may be NULL. */
+/* Replays the first records of the trace at path (a gpumem trace or an RMM CSV log; records, as
+ * replay_count_records counted them, is also the progress shown on a terminal) through the
+ * configuration r->name over a simulated device of capacity bytes. It reads no record past them,
+ * should the file have grown since. observer may be NULL. */
 void replay_run(const char* path, uint64_t capacity, uint64_t records, struct replay_result* r,
                 const struct replay_observer* observer);
 /* The records of the trace at path; error set on failure. */

@@ -1,16 +1,16 @@
 #!/bin/sh
 # Builds the fuzzers with clang (libFuzzer, ASan, UBSan, the library instrumented too) in their own
-# build directory and runs each in turn, the pool's, the trace reader's and the RMM CSV reader's,
-# sharing a bounded time. Exits non-zero when any finds a failure; the failing input is then in the
+# build directory and runs each in turn, the pools', the trace reader's, the RMM CSV reader's and the
+# pickle reader's, sharing a bounded time. Exits non-zero when any finds a failure; the failing input is then in the
 # artifacts directory, and the report ends with it in hex. Each fuzzer's own output goes to
 # fuzz-<name>.log in the build directory; the last lines printed are one summary line per fuzzer.
 #
 #   tests/fuzz/run_fuzzer.sh [SECONDS] [LIBFUZZER_OPTION...]
 #
-# SECONDS (60 by default) is the fuzzing time of all three together, split evenly (at least 1 s
+# SECONDS (60 by default) is the fuzzing time of all of them together, split evenly (at least 1 s
 # each); building comes on top. GPUMEM_FUZZ_BUILD_DIR overrides the build directory (build/fuzz);
 # GPUMEM_FUZZ_CC and GPUMEM_FUZZ_CXX the compilers (clang, clang++). Corpora are kept in the build
-# directory, so later runs start from what earlier ones found; the trace and CSV fuzzers also read
+# directory, so later runs start from what earlier ones found; the trace, CSV and pickle fuzzers also read
 # the checked-in seeds (tests/fuzz/corpus_*), which they never write to.
 set -eu
 
@@ -19,8 +19,8 @@ seconds=${1:-60}
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${GPUMEM_FUZZ_BUILD_DIR:-$root/build/fuzz}
-fuzzers="pool pool_ranges trace_reader rmm_csv"
-each=$((seconds / 3))
+fuzzers="pool pool_ranges trace_reader rmm_csv pickle"
+each=$((seconds / $(echo $fuzzers | wc -w)))
 [ "$each" -ge 1 ] || each=1
 
 mkdir -p "$build"
@@ -32,7 +32,7 @@ cmake -S "$root" -B "$build" -G Ninja \
   -DGPUMEM_BUILD_TOOLS=OFF -DGPUMEM_BUILD_DOCS=OFF -DGPUMEM_BUILD_BENCH=OFF -DGPUMEM_COPY_KERNELS=OFF \
   >"$build/configure.log" 2>&1 ||
   { cat "$build/configure.log"; exit 1; }
-cmake --build "$build" --target fuzz_pool fuzz_pool_ranges fuzz_trace_reader fuzz_rmm_csv >"$build/build.log" 2>&1 ||
+cmake --build "$build" --target fuzz_pool fuzz_pool_ranges fuzz_trace_reader fuzz_rmm_csv fuzz_pickle >"$build/build.log" 2>&1 ||
   { tail -n 40 "$build/build.log"; exit 1; }
 
 artifacts=$build/fuzz_artifacts

@@ -1,7 +1,7 @@
 /* gpumem replay's own rules (tools/replay.c): what a replay counts for
- * rows of 0 bytes and for sizes a configuration does not take, and that running out of memory for
- * its own bookkeeping is reported as the tool's failure. Linked with -Wl,--wrap=calloc, so that a
- * test can make the replay's tables fail to grow. */
+ * rows of 0 bytes and for sizes a configuration does not take, that it reads no record past those
+ * counted, and that running out of memory for its own bookkeeping is reported as the tool's failure. Linked with
+ * -Wl,--wrap=calloc, so that a test can make the replay's tables fail to grow. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <stdlib.h>
@@ -43,7 +43,10 @@ static struct replay_result replay(const char* config) {
   struct replay_result r;
   memset(&r, 0, sizeof r);
   r.name = config;
-  replay_run(path, 80ULL << 30, 0, &r, NULL);
+  char error[512] = "";
+  const uint64_t records = replay_count_records(path, error, sizeof error);
+  assert_string_equal(error, "");
+  replay_run(path, 80ULL << 30, records, &r, NULL);
   return r;
 }
 
@@ -90,6 +93,39 @@ static void test_replay_tells_refusals_from_out_of_memory(void** state) {
   r = replay("pool");
   assert_non_null(strstr(r.error, "record 0: an allocation of 4096 bytes at address 0"));
   assert_false(r.tool_failed);
+}
+
+static void count_step(void* context, const struct replay_step* step) {
+  uint64_t* steps = context;
+  assert_int_equal(step->index, *steps);
+  ++*steps;
+}
+
+/* A trace still being written has more records by the time it is replayed than when it was
+ * counted: the replay stops at those counted, which its observer made room for. */
+static void test_replay_reads_no_further_than_the_records_counted(void** state) {
+  (void)state;
+  write_log(
+      "1,1.000,allocate,0x7f0000000000,4096,0x0\n"
+      "1,1.001,allocate,0x7f0000100000,8192,0x0\n");
+  char error[512] = "";
+  const uint64_t records = replay_count_records(path, error, sizeof error);
+  assert_int_equal(records, 2);
+  FILE* f = fopen(path, "a");
+  assert_non_null(f);
+  fputs("1,1.002,allocate,0x7f0000200000,65536,0x0\n1,1.003,free,0x7f0000000000,4096,0x0\n", f);
+  assert_int_equal(fclose(f), 0);
+  uint64_t steps = 0;
+  const struct replay_observer observer = {&steps, count_step, 0, NULL};
+  struct replay_result r;
+  memset(&r, 0, sizeof r);
+  r.name = "pool";
+  replay_run(path, 80ULL << 30, records, &r, &observer);
+  assert_string_equal(r.error, "");
+  assert_int_equal(steps, 2);
+  assert_int_equal(r.allocs, 2);
+  assert_int_equal(r.frees, 0);
+  assert_int_equal(r.peak_live, 4096 + 8192);
 }
 
 static void test_replay_reports_its_own_bookkeeping_failing(void** state) {
@@ -163,6 +199,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_replay_skips_rows_of_0_bytes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_replay_tells_refusals_from_out_of_memory, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_replay_reads_no_further_than_the_records_counted, setup, teardown),
       cmocka_unit_test_setup_teardown(test_replay_reports_its_own_bookkeeping_failing, setup, teardown),
       cmocka_unit_test(test_replay_reads_configurations),
       cmocka_unit_test_setup_teardown(test_replay_exits_1_when_allocations_failed, setup, teardown),
