@@ -108,12 +108,12 @@ void Allocator::deallocate(void* p, gpumem_stream_t stream) {
   if (hooked(GPUMEM_HOOK_FREE_POST)) run_hooks(GPUMEM_HOOK_FREE_POST, size, mem_size, p, stream, GPUMEM_SUCCESS);
 }
 
-trace::Recorder* Allocator::start_trace(const std::string& path) {
+trace::Recorder* Allocator::start_trace(const std::string& path, const trace::Options& options) {
   std::lock_guard<std::mutex> lock(hooks_mutex_);  // one start or stop at a time, with the hooks
   if (trace::Recorder* r = recorder_.load())
     fail(GPUMEM_ERROR_BUSY, "the %s allocator is being traced already, to %s; stop that trace first", kind_,
          r->path().c_str());
-  auto* r = new trace::Recorder(path, device_, kind_);
+  auto* r = new trace::Recorder(path, device_, kind_, options);
   r->owner = this;
   recorder_.store(r, std::memory_order_release);
   hook_events_.fetch_or(kTraced, std::memory_order_release);

@@ -144,9 +144,10 @@ class Allocator : public gpumem_allocator_s {
   // Returns once no other thread runs the hook (core/callbacks.hpp); throws INVALID_HANDLE for an
   // id not on this allocator.
   void remove_hook(uint64_t id);
-  // Starts recording this allocator's events to a new file at path; BUSY if it is recorded
-  // already. The recorder stays the caller's handle until stop_trace().
-  trace::Recorder* start_trace(const std::string& path);
+  // Starts recording this allocator's events, with what options asks beside them, to a new file
+  // at path; BUSY if it is recorded already. The recorder stays the caller's handle until
+  // stop_trace().
+  trace::Recorder* start_trace(const std::string& path, const trace::Options& options = {});
   // Stops the recording (if still this allocator's), then flushes and closes its file.
   void stop_trace(trace::Recorder* recorder);
 

@@ -58,7 +58,7 @@ GPUMEM_ABI_STRUCT(gpumem_cuda_pool_params_t, "0.2", 48, 48, gpumem_cuda_pool_par
 GPUMEM_ABI_STRUCT(gpumem_cuda_pool_info_t, "0.2", 48, 48, zeroed<gpumem_cuda_pool_info_t>());
 GPUMEM_ABI_STRUCT(gpumem_block_info_t, "0.3", 64, 64, zeroed<gpumem_block_info_t>());
 GPUMEM_ABI_STRUCT(gpumem_trace_header_t, "0.3", 56, 56, zeroed<gpumem_trace_header_t>());
-GPUMEM_ABI_STRUCT(gpumem_trace_record_t, "0.3", 64, 64, zeroed<gpumem_trace_record_t>());
+GPUMEM_ABI_STRUCT(gpumem_trace_record_t, "0.3", 64, 80, zeroed<gpumem_trace_record_t>());
 // The experimental tier's (gpumem/experimental.h): outside the promise, but read the same way.
 GPUMEM_ABI_STRUCT(gpumem_out_of_memory_info_t, "0.4", 96, 96, zeroed<gpumem_out_of_memory_info_t>());
 GPUMEM_ABI_STRUCT(gpumem_cupy_target_t, "0.4", 24, 24, zeroed<gpumem_cupy_target_t>());
@@ -68,6 +68,9 @@ GPUMEM_ABI_STRUCT(gpumem_vm_info_t, "0.4", 40, 40, zeroed<gpumem_vm_info_t>());
 GPUMEM_ABI_STRUCT(gpumem_ipc_info_t, "0.4", 64, 64, zeroed<gpumem_ipc_info_t>());
 GPUMEM_ABI_STRUCT(gpumem_tenant_params_t, "0.4", 48, 48, gpumem_tenant_params_t GPUMEM_TENANT_PARAMS_INIT);
 GPUMEM_ABI_STRUCT(gpumem_tenant_info_t, "0.4", 88, 88, zeroed<gpumem_tenant_info_t>());
+GPUMEM_ABI_STRUCT(gpumem_trace_params_t, "0.4", 32, 32, gpumem_trace_params_t GPUMEM_TRACE_PARAMS_INIT);
+GPUMEM_ABI_STRUCT(gpumem_trace_frame_t, "0.4", 64, 64, zeroed<gpumem_trace_frame_t>());
+GPUMEM_ABI_STRUCT(gpumem_trace_summary_t, "0.4", 384, 384, zeroed<gpumem_trace_summary_t>());
 
 #undef GPUMEM_ABI_STRUCT
 
@@ -78,5 +81,6 @@ static_assert(sizeof(void*) == 8 && sizeof(size_t) == 8 && CHAR_BIT == 8, "the s
 static_assert(offsetof(gpumem_allocator_functions_t, reserve) == AbiStruct<gpumem_allocator_functions_t>::first_size);
 static_assert(offsetof(gpumem_pool_info_t, pending_bytes) == AbiStruct<gpumem_pool_info_t>::first_size);
 static_assert(offsetof(gpumem_pool_info_t, address_bytes) == 64, "gpumem_pool_info_t's size in 0.2 and 0.3");
+static_assert(offsetof(gpumem_trace_record_t, stack) == AbiStruct<gpumem_trace_record_t>::first_size);
 
 }  // namespace gpumem::capi

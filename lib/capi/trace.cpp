@@ -9,6 +9,7 @@
 #include "core/keep.hpp"
 #include "defaults/defaults.hpp"
 #include "gpumem/trace.h"
+#include "trace/summary.hpp"
 
 using gpumem::fail;
 using gpumem::require;
@@ -30,6 +31,7 @@ struct TraceHandle : gpumem::Handle<0x7472616365616c21> {  // "traceal!"
 struct ReaderHandle : gpumem::Handle<0x7472726561646572> {  // "trreader"
   std::unique_ptr<gpumem::trace::Reader> reader;
   std::string damage;  // the first failure of next(), repeated by later calls
+  uint64_t stack = 0;  // that of the record next() returned last, for gpumem_trace_reader_get_frame()
 };
 
 ReaderHandle* reader_from(gpumem_trace_reader_t* handle) {
@@ -37,6 +39,30 @@ ReaderHandle* reader_from(gpumem_trace_reader_t* handle) {
     fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not an open trace reader (closed already, or never opened): %s",
          static_cast<void*>(handle), ReaderHandle::why(handle));
   return reinterpret_cast<ReaderHandle*>(handle);
+}
+
+// The recording options of a caller's params, checked.
+gpumem::trace::Options options_from(const gpumem_trace_params_t& p) {
+  if (p.flags & ~uint32_t{GPUMEM_TRACE_NATIVE_FRAMES})
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "params->flags is 0x%x; the flags are GPUMEM_TRACE_NATIVE_FRAMES (0x%x)",
+         p.flags, GPUMEM_TRACE_NATIVE_FRAMES);
+  if (p.max_frames == 0 || p.max_frames > GPUMEM_TRACE_MAX_FRAMES)
+    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "params->max_frames is %u; it is 1 to GPUMEM_TRACE_MAX_FRAMES (%d)",
+         p.max_frames, GPUMEM_TRACE_MAX_FRAMES);
+  gpumem::trace::Options o;
+  o.native_frames = p.flags & GPUMEM_TRACE_NATIVE_FRAMES;
+  o.max_frames = p.max_frames;
+  o.caller_frames = p.frames;
+  o.caller_data = p.frames_user_data;
+  return o;
+}
+
+void start(gpumem_allocator_t* allocator, const char* path, const gpumem::trace::Options& options,
+           gpumem_trace_t** out_trace) {
+  const gpumem::alloc::Resolved a = gpumem::alloc::resolve(allocator);
+  auto h = std::make_unique<TraceHandle>();  // before the start, which cannot be undone
+  h->recorder = a->start_trace(path, options);
+  *out_trace = reinterpret_cast<gpumem_trace_t*>(h.release());
 }
 
 }  // namespace
@@ -47,11 +73,25 @@ GPUMEM_API gpumem_status_t gpumem_trace_start(gpumem_allocator_t* allocator, con
     require_out(out_trace, "out_trace");
     *out_trace = nullptr;
     require(path != nullptr, "path is NULL");
-    if (flags != 0) fail(GPUMEM_ERROR_INVALID_ARGUMENT, "flags is 0x%x; no flag is defined yet: pass 0", flags);
-    const gpumem::alloc::Resolved a = gpumem::alloc::resolve(allocator);
-    auto h = std::make_unique<TraceHandle>();  // before the start, which cannot be undone
-    h->recorder = a->start_trace(path);
-    *out_trace = reinterpret_cast<gpumem_trace_t*>(h.release());
+    if (flags != 0)
+      fail(GPUMEM_ERROR_INVALID_ARGUMENT,
+           "flags is 0x%x; no flag is defined for this call: pass 0 (frames: gpumem_trace_start_with_params)", flags);
+    start(allocator, path, {}, out_trace);
+  });
+}
+
+GPUMEM_API gpumem_status_t gpumem_trace_params_init(gpumem_trace_params_t* params, size_t struct_size) {
+  return guard([&] { gpumem::capi::init_struct(params, "params", struct_size); });
+}
+
+GPUMEM_API gpumem_status_t gpumem_trace_start_with_params(gpumem_allocator_t* allocator, const char* path,
+                                                          const gpumem_trace_params_t* params,
+                                                          gpumem_trace_t** out_trace) {
+  return guard([&] {
+    require_out(out_trace, "out_trace");
+    *out_trace = nullptr;
+    require(path != nullptr, "path is NULL");
+    start(allocator, path, options_from(gpumem::capi::in_struct(params, "params")), out_trace);
   });
 }
 
@@ -106,6 +146,7 @@ GPUMEM_API gpumem_status_t gpumem_trace_reader_next(gpumem_trace_reader_t* reade
     *out_has_record = false;
     gpumem::capi::fill_struct(out_record, "out_record", [&](gpumem_trace_record_t& out) {
       ReaderHandle* h = reader_from(reader);
+      h->stack = 0;
       if (!h->damage.empty()) fail(GPUMEM_ERROR_IO, "%s", h->damage.c_str());
       gpumem::trace::Record r;
       try {
@@ -114,6 +155,7 @@ GPUMEM_API gpumem_status_t gpumem_trace_reader_next(gpumem_trace_reader_t* reade
         h->damage = e.what();
         throw;
       }
+      h->stack = r.stack;
       out.event = static_cast<uint32_t>(r.event);
       out.thread = r.thread;
       out.time_ns = r.time_ns;
@@ -122,7 +164,29 @@ GPUMEM_API gpumem_status_t gpumem_trace_reader_next(gpumem_trace_reader_t* reade
       out.size = r.size;
       out.mem_size = r.mem_size;
       out.status = r.status;
+      out.stack = r.stack;
+      out.frame_count = static_cast<uint32_t>(h->reader->stack(r.stack).size());
       *out_has_record = true;
+    });
+  });
+}
+
+GPUMEM_API gpumem_status_t gpumem_trace_reader_get_frame(gpumem_trace_reader_t* reader, uint32_t index,
+                                                         gpumem_trace_frame_t* out_frame) {
+  return guard([&] {
+    gpumem::capi::fill_struct(out_frame, "out_frame", [&](gpumem_trace_frame_t& out) {
+      const ReaderHandle* h = reader_from(reader);
+      const auto frames = h->reader->stack(h->stack);
+      if (index >= frames.size())
+        fail(GPUMEM_ERROR_INVALID_ARGUMENT, "index is %u; the last record has %zu frames", index, frames.size());
+      const gpumem::trace::Frame& f = h->reader->frame(frames[index]);
+      out.kind = f.kind;
+      out.address = f.address;
+      out.module_offset = f.module_offset;
+      out.symbol_offset = f.symbol_offset;
+      out.module = f.module ? f.module->c_str() : "";
+      out.symbol = f.symbol.c_str();
+      out.text = f.text.c_str();
     });
   });
 }
@@ -135,5 +199,26 @@ GPUMEM_API gpumem_status_t gpumem_trace_reader_close(gpumem_trace_reader_t* read
       fail(GPUMEM_ERROR_INVALID_HANDLE, "%p is not an open trace reader: another thread closed it",
            static_cast<void*>(reader));
     delete h;
+  });
+}
+
+GPUMEM_API gpumem_status_t gpumem_trace_summarize(const char* path, uint32_t top, gpumem_trace_text_fn write_text,
+                                                  void* user_data, gpumem_trace_summary_t* out_summary) {
+  return guard([&] {
+    if (out_summary) gpumem::capi::clear_out_struct(out_summary, "out_summary");
+    require(path != nullptr, "path is NULL");
+    const gpumem::trace::Summary s = gpumem::trace::summarize(path, top);
+    if (out_summary)
+      gpumem::capi::fill_struct(out_summary, "out_summary", [&](gpumem_trace_summary_t& out) {
+        const size_t struct_size = out.struct_size;
+        out = s.figures;
+        out.struct_size = struct_size;
+      });
+    if (!write_text) return;
+    // Pieces of a bounded size, so that a caller that copies each into a buffer of its own (a
+    // binding's, a pipe's) need not hold the whole text twice.
+    constexpr size_t kPiece = 64 << 10;
+    for (size_t at = 0; at < s.text.size(); at += kPiece)
+      write_text(s.text.data() + at, std::min(kPiece, s.text.size() - at), user_data);
   });
 }

@@ -5,11 +5,14 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "gpumem/core.h"
+#include "trace/frames.hpp"
 
 namespace gpumem::trace {
 
@@ -22,6 +25,13 @@ enum class Event : uint8_t {
   kAllocFailed = 5,    // size asked, status
 };
 
+// Records of format version 2 that define what the events' frames refer to; not events.
+enum class Definition : uint8_t {
+  kFrame = 6,   // a frame, numbered from 1 in the order of definition
+  kModule = 7,  // a module that native frames name, numbered from 1
+  kStack = 8,   // a stack: its frames' numbers, innermost first; numbered from 1
+};
+
 struct Record {
   Event event{};
   uint32_t thread = 0;   // a small number per thread of the recording process, from 1
@@ -31,6 +41,15 @@ struct Record {
   uint64_t size = 0;
   uint64_t mem_size = 0;
   int32_t status = 0;
+  uint64_t stack = 0;  // an allocation's or failed allocation's frames (Reader::stack()); 0 for none
+};
+
+// A frame definition as read, with its text for a person.
+struct Frame {
+  uint32_t kind = 0;  // GPUMEM_TRACE_FRAME_NATIVE or GPUMEM_TRACE_FRAME_CALLER
+  uint64_t address = 0, module_offset = 0, symbol_offset = 0;
+  const std::string* module = nullptr;  // the module's path; NULL for none
+  std::string symbol, text;
 };
 
 struct Header {
@@ -41,7 +60,8 @@ struct Header {
 };
 
 constexpr char kMagic[8] = {'G', 'P', 'U', 'M', 'E', 'M', 'T', 'R'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 1;        // the events alone
+constexpr uint32_t kFramesVersion = 2;  // the events and the definitions of their frames
 
 // Writes one allocator's events to a file, in the order they are recorded. Thread-safe. It is
 // never deleted, so that a thread still inside record() when the recording stops finds it closed
@@ -55,7 +75,7 @@ class Recorder {
   std::atomic<void*> owner{nullptr};
 
   // Creates path and writes the header; throws GPUMEM_ERROR_IO.
-  Recorder(const std::string& path, int device, const char* kind);
+  Recorder(const std::string& path, int device, const char* kind, const Options& options = {});
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
   static void* operator new(size_t size);                 // kept reachable for leak checkers; never freed
@@ -65,14 +85,28 @@ class Recorder {
   // reports it.
   void record(Event event, uint64_t size, uint64_t mem_size, const void* address, const void* stream,
               gpumem_status_t status) noexcept;
-  // Writes what is buffered and closes the file; throws GPUMEM_ERROR_IO for any failure since the
-  // start. Later calls, and records, do nothing.
+  // Waits for calls of the caller-frames callback in progress, writes what is buffered and closes
+  // the file; throws GPUMEM_ERROR_IO for any failure since the start. Later calls, and records, do
+  // nothing.
   void close();
   const std::string& path() const { return path_; }
 
  private:
+  void record_with_frames(Event event, uint64_t size, uint64_t mem_size, const void* address, const void* stream,
+                          gpumem_status_t status) noexcept;
+  void capture(Captured& c) noexcept;
+  // c's stack, defined in the file first where it is new; 0 if it cannot be. May let go of the
+  // lock for a while.
+  uint64_t stack_locked(std::unique_lock<std::mutex>& lock, const Captured& c) noexcept;
+  void append_locked(Event event, uint64_t now, uint32_t thread, uint64_t size, uint64_t mem_size, const void* address,
+                     const void* stream, gpumem_status_t status, uint64_t stack) noexcept;
   void flush_locked();  // under mutex_; notes a failure in error_
 
+  const Options options_;
+  const bool frames_;                // options_.any(), read on every record
+  std::atomic<bool> open_{true};     // cleared by close() before it waits for the callbacks
+  std::atomic<int> in_callback_{0};  // threads inside options_.caller_frames
+  FrameTable table_;                 // under mutex_
   std::mutex mutex_;
   const std::string path_;
   std::FILE* file_ = nullptr;
@@ -85,8 +119,9 @@ class Recorder {
 
 // Reads a trace file written by Recorder, as a stream: the header is checked as its bytes arrive
 // and records are decoded through a buffer of a fixed size, so neither a huge file nor a pipe
-// that never ends (/dev/zero) grows its memory. Throws GPUMEM_ERROR_IO for a file that cannot be
-// read or is not a gpumem trace, naming the offset of the first bad byte.
+// that never ends (/dev/zero) grows its memory; only frame definitions are kept, as many as the
+// file has distinct frames and stacks. Throws GPUMEM_ERROR_IO for a file that cannot be read or is
+// not a gpumem trace, naming the offset of the first bad byte.
 class Reader {
  public:
   static constexpr size_t kBufferBytes = 64 << 10;
@@ -102,9 +137,19 @@ class Reader {
   Reader(const Reader&) = delete;
   Reader& operator=(const Reader&) = delete;
 
+  // The most bytes of frame definitions a reader keeps: a damaged file cannot make it grow past.
+  static constexpr uint64_t kMaxDefinitionBytes = 256 << 20;
+
   const Header& header() const { return header_; }
-  // The next record; false at the end of the file.
+  // The next record; false at the end of the file. Definitions are read on the way.
   bool next(Record& out);
+  // A stack's frames (numbers for frame()), native first, each kind innermost first; empty for 0.
+  std::span<const uint64_t> stack(uint64_t id) const {
+    if (id == 0) return {};
+    const auto [first, count] = stacks_[id - 1];
+    return {stack_frames_.data() + first, count};
+  }
+  const Frame& frame(uint64_t id) const { return frames_[id - 1]; }
 
  private:
   void start(size_t buffer_bytes);  // the buffer and the header; closes the file if either fails
@@ -117,6 +162,10 @@ class Reader {
     return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1);
   }
   [[noreturn]] void bad(uint64_t offset, const std::string& what) const;
+  void read_definition(Definition kind);  // the definition whose kind byte was just read
+  std::string read_text(const char* what);
+  uint64_t read_id(uint64_t defined, const char* what, bool none_allowed);
+  void hold(uint64_t bytes);  // counts what definitions keep, against kMaxDefinitionBytes
 
   int fd_ = -1;
   std::string path_;
@@ -127,6 +176,13 @@ class Reader {
   Header header_;
   uint64_t time_ns_ = 0;
   uint64_t address_ = 0;
+  // Definitions, numbered from 1: a deque, so that what frame() returns stays where it is.
+  std::deque<Frame> frames_;
+  std::deque<std::string> modules_;
+  std::vector<uint64_t> module_bases_;
+  std::vector<std::pair<size_t, size_t>> stacks_;  // first and count in stack_frames_
+  std::vector<uint64_t> stack_frames_;
+  uint64_t held_ = 0;
 };
 
 }  // namespace gpumem::trace

@@ -1867,13 +1867,131 @@ static void bad_trace_reader_next(void) {
   gpumem_trace_record_t record;
   GARBLED(record);
   REFUSED(gpumem_trace_reader_next(g_reader, &record, NULL), GPUMEM_ERROR_INVALID_ARGUMENT, "out_has_record is NULL");
-  check_out_struct(call_reader_next_out, g_reader, sizeof(gpumem_trace_record_t), "out_record");
+  check_out_struct(call_reader_next_out, g_reader, offsetof(gpumem_trace_record_t, stack), "out_record");
   BAD_HANDLES(kReader, call_reader_next, true);
 }
 
 static void bad_trace_reader_close(void) {
   ACCEPTED(gpumem_trace_reader_close(NULL));
   BAD_HANDLES(kReader, call_reader_close, false);
+}
+
+static gpumem_status_t init_trace_params(void* out, size_t size) { return gpumem_trace_params_init(out, size); }
+static void bad_trace_params_init(void) { check_init(init_trace_params, sizeof(gpumem_trace_params_t), "params"); }
+
+static gpumem_status_t call_trace_start_with_params_in(void* allocator, const void* in) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/refused.trace", g_dir);
+  gpumem_trace_t* t = GARBAGE;
+  const gpumem_status_t st = gpumem_trace_start_with_params(allocator, path, in, &t);
+  assert_null(t);
+  assert_int_equal(access(path, F_OK), -1); /* no file for a refusal */
+  return st;
+}
+static gpumem_status_t call_trace_start_with_params(void* h) {
+  const gpumem_trace_params_t params = GPUMEM_TRACE_PARAMS_INIT;
+  return call_trace_start_with_params_in(h, &params);
+}
+
+static void bad_trace_start_with_params(void) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/refused.trace", g_dir);
+  gpumem_trace_params_t params = GPUMEM_TRACE_PARAMS_INIT;
+  REFUSED(gpumem_trace_start_with_params(g_host, path, &params, NULL), GPUMEM_ERROR_INVALID_ARGUMENT,
+          "out_trace is NULL");
+  gpumem_trace_t* t;
+  CREATE_REFUSED(gpumem_trace_start_with_params(g_host, NULL, &params, &t), t, GPUMEM_ERROR_INVALID_ARGUMENT,
+                 "path is NULL");
+  check_in_struct(call_trace_start_with_params_in, g_host, &params, sizeof params, sizeof params, "params");
+  const uint32_t flags[] = {0x2, 0x80000000u, 0xffffffffu};
+  for (size_t i = 0; i < sizeof flags / sizeof flags[0]; ++i) {
+    params.flags = flags[i];
+    CREATE_REFUSED(gpumem_trace_start_with_params(g_host, path, &params, &t), t, GPUMEM_ERROR_INVALID_ARGUMENT,
+                   "params->flags");
+  }
+  params.flags = GPUMEM_TRACE_NATIVE_FRAMES;
+  const uint32_t frames[] = {0, GPUMEM_TRACE_MAX_FRAMES + 1, UINT32_MAX};
+  for (size_t i = 0; i < sizeof frames / sizeof frames[0]; ++i) {
+    params.max_frames = frames[i];
+    CREATE_REFUSED(gpumem_trace_start_with_params(g_host, path, &params, &t), t, GPUMEM_ERROR_INVALID_ARGUMENT,
+                   "params->max_frames");
+  }
+  params.max_frames = GPUMEM_TRACE_MAX_FRAMES;
+  assert_int_equal(access(path, F_OK), -1);
+  CREATE_REFUSED(gpumem_trace_start_with_params(g_traced, path, &params, &t), t, GPUMEM_ERROR_BUSY, "traced already");
+  snprintf(path, sizeof path, "%s/no-such-dir/x.trace", g_dir);
+  CREATE_REFUSED(gpumem_trace_start_with_params(g_host, path, &params, &t), t, GPUMEM_ERROR_IO, path);
+  BAD_HANDLES(kAllocator, call_trace_start_with_params, false);
+  if (!g_fake) REFUSED(call_trace_start_with_params(NULL), GPUMEM_ERROR_NO_DRIVER, NULL);
+}
+
+static gpumem_status_t call_reader_get_frame(void* h) {
+  gpumem_trace_frame_t frame;
+  GARBLED(frame);
+  const gpumem_status_t st = gpumem_trace_reader_get_frame(h, 0, &frame);
+  assert_cleared(&frame, sizeof frame);
+  return st;
+}
+static gpumem_status_t call_reader_get_frame_out(void* ctx, void* out) {
+  return gpumem_trace_reader_get_frame(ctx, 0, out);
+}
+
+static void bad_trace_reader_get_frame(void) {
+  check_out_struct(call_reader_get_frame_out, g_reader, sizeof(gpumem_trace_frame_t), "out_frame");
+  /* The good trace's records carry no frames: no index is one. */
+  const uint32_t indexes[] = {0, 1, UINT32_MAX};
+  for (size_t i = 0; i < sizeof indexes / sizeof indexes[0]; ++i) {
+    gpumem_trace_frame_t frame;
+    GARBLED(frame);
+    REFUSED(gpumem_trace_reader_get_frame(g_reader, indexes[i], &frame), GPUMEM_ERROR_INVALID_ARGUMENT,
+            "the last record has 0 frames");
+    assert_cleared(&frame, sizeof frame);
+  }
+  BAD_HANDLES(kReader, call_reader_get_frame, true);
+}
+
+/* Counts what a summary writes: a refused one writes no text at all. */
+static void count_text(const char* text, size_t length, void* user_data) {
+  (void)text;
+  *(size_t*)user_data += length;
+}
+
+/* A refused summary leaves its figures cleared and gives no text. */
+static void summarize_refused(const char* path, gpumem_status_t want, const char* text) {
+  gpumem_trace_summary_t s;
+  GARBLED(s);
+  size_t written = 0;
+  REFUSED(gpumem_trace_summarize(path, 10, count_text, &written, &s), want, text);
+  assert_cleared(&s, sizeof s);
+  assert_int_equal(written, 0);
+}
+
+static void bad_trace_summarize(void) {
+  summarize_refused(NULL, GPUMEM_ERROR_INVALID_ARGUMENT, "path is NULL");
+  /* The figures are optional, but a struct given must be one: as check_out_struct() checks, NULL aside. */
+  const size_t own = sizeof(gpumem_trace_summary_t);
+  const size_t sizes[] = {0, sizeof(size_t), own - 1, 65537, SIZE_MAX};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) {
+    unsigned char s[1024];
+    memset(s, 0xa5, sizeof s);
+    memcpy(s, &sizes[i], sizeof(size_t));
+    size_t written = 0;
+    REFUSED(gpumem_trace_summarize(g_trace_path, 10, count_text, &written, (gpumem_trace_summary_t*)s),
+            GPUMEM_ERROR_INVALID_ARGUMENT, "out_summary->struct_size is");
+    assert_int_equal(written, 0);
+    const size_t cleared = sizes[i] <= own ? sizes[i] : 0;
+    for (size_t b = sizeof(size_t); b < sizeof s; ++b) assert_int_equal(s[b], b < cleared ? 0 : 0xa5);
+  }
+  char path[300];
+  snprintf(path, sizeof path, "%s/no-such.trace", g_dir);
+  summarize_refused(path, GPUMEM_ERROR_IO, path);
+  summarize_refused("", GPUMEM_ERROR_IO, NULL);
+  summarize_refused(g_dir, GPUMEM_ERROR_IO, g_dir); /* a directory */
+  /* Neither text nor figures asked for is no refusal: the trace is read and checked all the same. */
+  ACCEPTED(gpumem_trace_summarize(g_trace_path, 10, NULL, NULL, NULL));
+  size_t written = 0;
+  ACCEPTED(gpumem_trace_summarize(g_trace_path, 0, count_text, &written, NULL));
+  assert_true(written > strlen(g_trace_path));
 }
 
 static void bad_stream_wait(void) {
@@ -2133,12 +2251,16 @@ static const entry_t kTable[] = {
     ENTRY(torch_free),
     ENTRY(torch_record_stream),
     ENTRY(torch_set_allocator),
+    ENTRY(trace_params_init),
     ENTRY(trace_reader_close),
+    ENTRY(trace_reader_get_frame),
     ENTRY(trace_reader_get_header),
     ENTRY(trace_reader_next),
     ENTRY(trace_reader_open),
     ENTRY(trace_start),
+    ENTRY(trace_start_with_params),
     ENTRY(trace_stop),
+    ENTRY(trace_summarize),
     ENTRY(unpin),
     ENTRY(version_number),
     ENTRY(version_string),

@@ -8,7 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -104,6 +106,20 @@ static inline void assert_pointer_range(const void* p, const void* base, size_t 
   assert_int_equal(info.memory_type, GPUMEM_MEMORY_DEVICE);
   assert_ptr_equal(info.base, base);
   assert_int_equal(info.size, size);
+}
+
+/* A file name of this process under $TMPDIR (or /tmp): "<dir>/gpumem_<name>_<pid>.<ext>". */
+static inline void temp_path(char* out, size_t capacity, const char* name, const char* ext) {
+  const char* dir = getenv("TMPDIR");
+  snprintf(out, capacity, "%s/gpumem_%s_%d.%s", dir && *dir ? dir : "/tmp", name, (int)getpid(), ext);
+}
+
+/* A trace record ready for gpumem_trace_reader_next. */
+static inline gpumem_trace_record_t trace_record(void) {
+  gpumem_trace_record_t rec;
+  memset(&rec, 0, sizeof rec);
+  rec.struct_size = sizeof rec;
+  return rec;
 }
 
 #endif /* GPUMEM_TEST_UTIL_H */

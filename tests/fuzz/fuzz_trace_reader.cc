@@ -1,8 +1,8 @@
 // The trace reader fuzzer: any bytes as a trace file, read by gpumem::trace::Reader through a buffer
 // of 1 to 13 bytes (so a record straddles reads at every place it can) and one of 64 KiB, and
 // through the C API, and checked against a reference decoder over the whole input in memory: the
-// same header, the same records, and the same refusal, at the same byte, at the same point (opening,
-// or which record).
+// same header, the same records with the same frames (format version 2), and the same refusal, at
+// the same byte, at the same point (opening, or which record).
 // Built as a libFuzzer target with clang, and as a replay of the checked-in corpus under CTest
 // otherwise (GPUMEM_FUZZ_REPLAY). Links the library's objects to reach the reader's buffer size.
 #include <sys/mman.h>
@@ -39,6 +39,12 @@ const char* g_step = "reference";
   fuzz_check::fail("fuzz_trace_reader", where.c_str(), nullptr, fmt, ap);
 }
 
+// A frame definition of format version 2, as the reference reads it.
+struct RefFrame {
+  uint64_t kind = 0, address = 0, module = 0, symbol_offset = 0;
+  std::string text;  // a caller frame's text, or a native frame's symbol
+};
+
 // What reading the input must give, by the format (docs/trace-format.md).
 struct Outcome {
   enum Kind { kRead, kNotTrace, kVersion, kDamaged } kind = kRead;
@@ -46,11 +52,16 @@ struct Outcome {
   uint64_t offset = 0;   // of the damage
   Header header;
   std::vector<Record> records;  // those before the damage, if any
+  std::vector<RefFrame> frames;
+  std::vector<uint64_t> module_bases;
+  std::vector<std::string> modules;
+  std::vector<std::vector<uint64_t>> stacks;
 };
 
 // What the inputs reached, so the replay can insist that the corpus still reaches every path.
 struct Reached {
-  uint64_t complete, records, not_trace, version, header_damage, record_damage, skipped_header;
+  uint64_t complete, records, not_trace, version, header_damage, record_damage, skipped_header, definitions,
+      definition_damage;
 } g_reached;
 
 class Reference {
@@ -61,7 +72,7 @@ class Reference {
     if (n_ < 8 || std::memcmp(d_, "GPUMEMTR", 8) != 0) return refused(Outcome::kNotTrace, 0);
     if (n_ < 12) return refused(Outcome::kDamaged, n_);
     o_.header.version = static_cast<uint32_t>(le(8, 4));
-    if (o_.header.version != 1) return refused(Outcome::kVersion, 0);
+    if (o_.header.version != 1 && o_.header.version != 2) return refused(Outcome::kVersion, 0);
     if (n_ < 34) return refused(Outcome::kDamaged, n_);
     const uint64_t header_bytes = le(12, 4), kind_bytes = le(32, 2);
     o_.header.device = static_cast<int32_t>(le(16, 4));
@@ -74,8 +85,14 @@ class Reference {
     uint64_t time = 0, address = 0;
     while (at_ < n_) {
       const uint8_t event = d_[at_];
-      if (event < 1 || event > 5) return damaged(at_);
+      const bool definition = o_.header.version == 2 && event >= 6 && event <= 8;
+      if (!definition && (event < 1 || event > 5)) return damaged(at_);
       ++at_;
+      if (definition) {
+        if (!define(event)) return defined_badly(bad_at_);
+        ++g_reached.definitions;
+        continue;
+      }
       Record r;
       r.event = static_cast<gpumem::trace::Event>(event);
       uint64_t v[7] = {};
@@ -91,6 +108,8 @@ class Reference {
       r.size = v[4];
       if (event == 1) r.mem_size = v[5];
       if (event == 5) r.status = static_cast<int32_t>((v[5] >> 1) ^ (0 - (v[5] & 1)));
+      if (o_.header.version == 2 && (event == 1 || event == 5) && !id(r.stack, o_.stacks.size(), true))
+        return damaged(bad_at_);
       o_.records.push_back(r);
     }
     ++g_reached.complete;
@@ -117,6 +136,65 @@ class Reference {
     o_.offset = offset;
     ++g_reached.record_damage;
     return o_;
+  }
+  Outcome defined_badly(uint64_t offset) {
+    ++g_reached.definition_damage;
+    return damaged(offset);
+  }
+  // A definition (frame 6, module 7, stack 8) after its kind's byte; false with bad_at_ set.
+  bool define(uint8_t kind) {
+    uint64_t v = 0;
+    if (kind == 7) {
+      std::string path;
+      if (!varint(v) || !text(path)) return false;
+      o_.module_bases.push_back(v);
+      o_.modules.push_back(path);
+      return true;
+    }
+    if (kind == 8) {
+      const size_t at = at_;
+      if (!varint(v)) return false;
+      if (v == 0 || v > 2 * GPUMEM_TRACE_MAX_FRAMES) return bad(at);
+      std::vector<uint64_t> frames(v);
+      for (uint64_t& f : frames)
+        if (!id(f, o_.frames.size(), false)) return false;
+      o_.stacks.push_back(frames);
+      return true;
+    }
+    RefFrame f;
+    const size_t at = at_;
+    if (!varint(f.kind)) return false;
+    if (f.kind == GPUMEM_TRACE_FRAME_NATIVE) {
+      if (!varint(f.address) || !id(f.module, o_.modules.size(), true) || !varint(f.symbol_offset) || !text(f.text))
+        return false;
+    } else if (f.kind == GPUMEM_TRACE_FRAME_CALLER) {
+      if (!text(f.text)) return false;
+    } else {
+      return bad(at);
+    }
+    o_.frames.push_back(f);
+    return true;
+  }
+  // A number naming one of the `defined` definitions before it (or 0, for none, where allowed).
+  bool id(uint64_t& v, size_t defined, bool none_allowed) {
+    const size_t at = at_;
+    if (!varint(v)) return false;
+    return (v == 0 && !none_allowed) || v > defined ? bad(at) : true;
+  }
+  bool text(std::string& out) {
+    const size_t at = at_;
+    uint64_t n = 0;
+    if (!varint(n)) return false;
+    if (n > 4096) return bad(at);
+    if (n > n_ - at_) return bad(n_);  // the bytes end early
+    out.assign(reinterpret_cast<const char*>(d_ + at_), n);
+    if (const size_t nul = out.find('\0'); nul != std::string::npos) return bad(at_ + nul);
+    at_ += n;
+    return true;
+  }
+  bool bad(size_t at) {
+    bad_at_ = at;
+    return false;
   }
   bool varint(uint64_t& v) {
     v = 0;
@@ -154,8 +232,32 @@ void check_refusal(const Outcome& want, gpumem_status_t status, const char* deta
 void check_record(const Record& got, const Record& want, size_t i) {
   CHECK(got.event == want.event && got.thread == want.thread && got.time_ns == want.time_ns &&
             got.stream == want.stream && got.address == want.address && got.size == want.size &&
-            got.mem_size == want.mem_size && got.status == want.status,
+            got.mem_size == want.mem_size && got.status == want.status && got.stack == want.stack,
         "record %zu differs from the reference", i);
+}
+
+// A frame as the reader gives it (its kind, address, module and symbol or text) against the reference's.
+void check_frame(uint32_t kind, uint64_t address, uint64_t module_offset, uint64_t symbol_offset, const char* module,
+                 const char* symbol, const char* text, const Outcome& want, uint64_t id, size_t record) {
+  const RefFrame& f = want.frames[id - 1];
+  const bool native = f.kind == GPUMEM_TRACE_FRAME_NATIVE;
+  const std::string& path = native && f.module ? want.modules[f.module - 1] : std::string();
+  const uint64_t offset = native && f.module ? f.address - want.module_bases[f.module - 1] : 0;
+  CHECK(kind == f.kind && address == f.address && symbol_offset == f.symbol_offset && module_offset == offset &&
+            path == module && (native ? f.text == symbol : f.text == text),
+        "frame %" PRIu64 " of record %zu differs from the reference", id, record);
+}
+
+void check_frames(const Reader& reader, const Record& r, const Outcome& want, size_t i) {
+  const auto got = reader.stack(r.stack);
+  const size_t count = r.stack ? want.stacks[r.stack - 1].size() : 0;
+  CHECK(got.size() == count, "record %zu has %zu frames; the reference %zu", i, got.size(), count);
+  for (size_t k = 0; k < count; ++k) {
+    CHECK(got[k] == want.stacks[r.stack - 1][k], "frame %zu of record %zu is another", k, i);
+    const gpumem::trace::Frame& f = reader.frame(got[k]);
+    check_frame(f.kind, f.address, f.module_offset, f.symbol_offset, f.module ? f.module->c_str() : "",
+                f.symbol.c_str(), f.text.c_str(), want, got[k], i);
+  }
 }
 
 // Through gpumem::trace::Reader, reading buffer bytes at a time.
@@ -172,6 +274,7 @@ void read_internal(int file, const Outcome& want, size_t buffer) {
     for (Record r; reader.next(r); ++n) {
       CHECK(n < want.records.size(), "record %zu read; the reference has %zu", n, want.records.size());
       check_record(r, want.records[n], n);
+      check_frames(reader, r, want, n);
     }
     Record r;
     CHECK(!reader.next(r), "a record after the end");
@@ -209,9 +312,24 @@ void read_public(int file, const Outcome& want) {
   gpumem_status_t next = GPUMEM_SUCCESS;
   while ((next = gpumem_trace_reader_next(reader, &r, &more)) == GPUMEM_SUCCESS && more) {
     CHECK(n < want.records.size(), "record %zu read; the reference has %zu", n, want.records.size());
-    CHECK(r.event == static_cast<uint32_t>(want.records[n].event) && r.address == want.records[n].address &&
-              r.size == want.records[n].size && r.time_ns == want.records[n].time_ns,
+    const Record& w = want.records[n];
+    CHECK(r.event == static_cast<uint32_t>(w.event) && r.address == w.address && r.size == w.size &&
+              r.time_ns == w.time_ns && r.stack == w.stack,
           "record %zu differs from the reference", n);
+    const size_t count = w.stack ? want.stacks[w.stack - 1].size() : 0;
+    CHECK(r.frame_count == count, "record %zu has %u frames; the reference %zu", n, r.frame_count, count);
+    for (uint32_t k = 0; k <= r.frame_count; ++k) {
+      gpumem_trace_frame_t f;
+      f.struct_size = sizeof f;
+      const gpumem_status_t got = gpumem_trace_reader_get_frame(reader, k, &f);
+      if (k == r.frame_count) {
+        CHECK(got == GPUMEM_ERROR_INVALID_ARGUMENT, "a frame past the record's %u", r.frame_count);
+        break;
+      }
+      CHECK(got == GPUMEM_SUCCESS, "gpumem_trace_reader_get_frame: %s", gpumem_last_error_detail());
+      check_frame(f.kind, f.address, f.module_offset, f.symbol_offset, f.module, f.symbol, f.text, want,
+                  want.stacks[w.stack - 1][k], n);
+    }
     ++n;
   }
   CHECK(n == want.records.size(), "%zu records read; the reference has %zu", n, want.records.size());
@@ -256,11 +374,12 @@ namespace {
 bool reached() {
   const Reached& r = g_reached;
   std::printf("fuzz_trace_reader_replay: %" PRIu64 " read to the end (%" PRIu64 " records, %" PRIu64
-              " with header fields skipped); refused: %" PRIu64 " not traces, %" PRIu64 " other versions, %" PRIu64
-              " damaged headers, %" PRIu64 " damaged records\n",
-              r.complete, r.records, r.skipped_header, r.not_trace, r.version, r.header_damage, r.record_damage);
-  for (const uint64_t n :
-       {r.complete, r.records, r.skipped_header, r.not_trace, r.version, r.header_damage, r.record_damage})
+              " with header fields skipped, %" PRIu64 " frame definitions); refused: %" PRIu64 " not traces, %" PRIu64
+              " other versions, %" PRIu64 " damaged headers, %" PRIu64 " damaged records (%" PRIu64 " definitions)\n",
+              r.complete, r.records, r.skipped_header, r.definitions, r.not_trace, r.version, r.header_damage,
+              r.record_damage, r.definition_damage);
+  for (const uint64_t n : {r.complete, r.records, r.skipped_header, r.definitions, r.not_trace, r.version,
+                           r.header_damage, r.record_damage, r.definition_damage})
     if (!n) {
       std::fprintf(stderr, "fuzz_trace_reader_replay: a path was never reached\n");
       return false;

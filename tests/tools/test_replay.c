@@ -19,8 +19,7 @@ static char path[256];
 
 static int setup(void** state) {
   (void)state;
-  const char* dir = getenv("TMPDIR");
-  snprintf(path, sizeof path, "%s/gpumem_replay_%d.csv", dir && *dir ? dir : "/tmp", (int)getpid());
+  temp_path(path, sizeof path, "replay", "csv");
   return 0;
 }
 

@@ -20,8 +20,7 @@ static struct viz_trace* t;
 
 static int setup(void** state) {
   (void)state;
-  const char* dir = getenv("TMPDIR");
-  snprintf(path, sizeof path, "%s/gpumem_viz_%d.csv", dir && *dir ? dir : "/tmp", (int)getpid());
+  temp_path(path, sizeof path, "viz", "csv");
   t = calloc(1, sizeof *t);
   return t ? 0 : -1;
 }

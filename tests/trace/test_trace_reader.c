@@ -15,9 +15,8 @@ static char path[256], fifo[256];
 
 static int setup(void** state) {
   (void)state;
-  const char* dir = getenv("TMPDIR");
-  snprintf(path, sizeof path, "%s/gpumem_reader_%d.trace", dir && *dir ? dir : "/tmp", (int)getpid());
-  snprintf(fifo, sizeof fifo, "%s/gpumem_reader_%d.fifo", dir && *dir ? dir : "/tmp", (int)getpid());
+  temp_path(path, sizeof path, "reader", "trace");
+  temp_path(fifo, sizeof fifo, "reader", "fifo");
   return 0;
 }
 
@@ -65,9 +64,7 @@ static long resident_kib(void) {
 }
 
 static gpumem_trace_record_t next_record(gpumem_trace_reader_t* r, bool* has) {
-  gpumem_trace_record_t rec;
-  memset(&rec, 0, sizeof rec);
-  rec.struct_size = sizeof rec;
+  gpumem_trace_record_t rec = trace_record();
   assert_ok(gpumem_trace_reader_next(r, &rec, has));
   return rec;
 }
@@ -145,9 +142,7 @@ static void test_trace_reader_bad_input(void** state) {
   fputc(0x9c, f);                              /* an unknown record kind */
   fclose(f);
   assert_ok(gpumem_trace_reader_open(path, &r));
-  gpumem_trace_record_t rec;
-  memset(&rec, 0, sizeof rec);
-  rec.struct_size = sizeof rec;
+  gpumem_trace_record_t rec = trace_record();
   bool has = true;
   assert_status(gpumem_trace_reader_next(r, &rec, &has), GPUMEM_ERROR_IO);
   assert_false(has);
@@ -317,6 +312,50 @@ static void test_trace_reader_refuses_bad_header_sizes(void** state) {
   assert_detail_contains("is damaged at byte 20: the header ends early");
 }
 
+/* Version 2's definitions that do not hold together are damage too, each at its byte. */
+static void test_trace_reader_refuses_bad_frame_definitions(void** state) {
+  (void)state;
+  static const unsigned char header[38] = {'G', 'P', 'U', 'M',  'E',  'M',  'T',  'R', 2,   0,   0,   0,  38,
+                                           0,   0,   0,   0xff, 0xff, 0xff, 0xff, 0,   0,   0,   0,   0,  0,
+                                           0,   0,   0,   0,    0,    0,    4,    0,   'h', 'o', 's', 't'};
+  static const struct {
+    unsigned char body[8];
+    size_t size;
+    uint32_t version;
+    const char* detail;
+  } cases[] = {
+      {{6, 3, 1, 'x'}, 4, 2, "is damaged at byte 39: an unknown kind of frame"},
+      {{6, 2, 1, 'a', 8, 1, 2}, 7, 2, "is damaged at byte 44: frame 2, which no definition before it defines"},
+      {{8, 0}, 2, 2, "is damaged at byte 39: a stack of 0 frames; a stack has 1 to 128"},
+      {{1, 0, 1, 0, 0, 0x40, 0x40, 1}, 8, 2, "is damaged at byte 45: stack 1, which no definition before it defines"},
+      {{6, 2, 0x81, 0x20},
+       4,
+       2,
+       "is damaged at byte 40: a frame's text of 4097 bytes, more than the 4096 a frame's text, symbol or module "
+       "path may have"},
+      {{6, 2, 9, 'a', 'b'}, 5, 2, "is damaged at byte 43: a record ends early"},
+      {{6, 2, 3, 'a', 0, 'b'}, 6, 2, "is damaged at byte 42: a NUL byte in a frame's text"},
+      {{6, 2, 1, 'a'}, 4, 1, "is damaged at byte 38: an unknown record kind"}, /* no definitions in version 1 */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    unsigned char data[64];
+    memcpy(data, header, sizeof header);
+    data[8] = (unsigned char)cases[i].version;
+    memcpy(data + sizeof header, cases[i].body, cases[i].size);
+    write_file(data, sizeof header + cases[i].size);
+    gpumem_trace_reader_t* r = NULL;
+    assert_ok(gpumem_trace_reader_open(path, &r));
+    gpumem_trace_record_t rec;
+    memset(&rec, 0, sizeof rec);
+    rec.struct_size = sizeof rec;
+    bool has = true;
+    assert_status(gpumem_trace_reader_next(r, &rec, &has), GPUMEM_ERROR_IO);
+    assert_false(has);
+    assert_detail_contains(cases[i].detail);
+    assert_ok(gpumem_trace_reader_close(r));
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_trace_reader_reads_a_recording),
@@ -326,6 +365,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_trace_reader_reads_a_pipe_as_it_comes, teardown),
       cmocka_unit_test_teardown(test_trace_reader_refuses_a_pipe_at_its_first_bytes, teardown),
       cmocka_unit_test_teardown(test_trace_reader_refuses_bad_header_sizes, teardown),
+      cmocka_unit_test_teardown(test_trace_reader_refuses_bad_frame_definitions, teardown),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -152,11 +152,16 @@ TABLE = [
     ("gpumem_pin_get_stats", [POINTER(t.PinStats)], _status),
     # trace.h
     ("gpumem_trace_start", [_p, c_char_p, c_uint32, _out_p], _status),
+    ("gpumem_trace_params_init", [POINTER(t.TraceParams), c_size_t], _status),
+    ("gpumem_trace_start_with_params", [_p, c_char_p, POINTER(t.TraceParams), _out_p], _status),
     ("gpumem_trace_stop", [_p], _status),
     ("gpumem_trace_reader_open", [c_char_p, _out_p], _status),
     ("gpumem_trace_reader_get_header", [_p, POINTER(t.TraceHeader)], _status),
     ("gpumem_trace_reader_next", [_p, POINTER(t.TraceRecord), POINTER(c_bool)], _status),
+    ("gpumem_trace_reader_get_frame", [_p, c_uint32, POINTER(t.TraceFrame)], _status),
     ("gpumem_trace_reader_close", [_p], _status),
+    ("gpumem_trace_summarize",
+     [c_char_p, c_uint32, t.trace_text_fn, c_void_p, POINTER(t.TraceSummary)], _status),
 ]
 
 # The functions whose int32 result is not a status; every other int32 result is checked.

@@ -318,7 +318,53 @@ class TraceRecord(ctypes.Structure):
         ("size", c_uint64),
         ("mem_size", c_uint64),
         ("status", status_t),
+        ("stack", c_uint64),
+        ("frame_count", c_uint32),
     ]
+
+
+class TraceFrame(ctypes.Structure):
+    _c_name_ = "gpumem_trace_frame_t"
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("kind", c_uint32),
+        ("address", c_uint64),
+        ("module_offset", c_uint64),
+        ("symbol_offset", c_uint64),
+        ("module", c_char_p),
+        ("symbol", c_char_p),
+        ("text", c_char_p),
+    ]
+
+
+class TraceParams(ctypes.Structure):
+    _c_name_ = "gpumem_trace_params_t"  # its callback field is set below, with the other callbacks
+
+
+class TraceSummary(ctypes.Structure):
+    _c_name_ = "gpumem_trace_summary_t"
+    _fields_ = (
+        [("struct_size", c_size_t)]
+        + [
+            (name, c_uint64)
+            for name in (
+                "records", "peak_record", "peak_record_alloc_count",
+                "allocated_bytes", "allocated_bytes_peak", "allocated_bytes_total", "freed_bytes_total",
+                "large_allocated_bytes", "large_allocated_bytes_peak", "large_allocated_bytes_total",
+                "large_freed_bytes_total",
+                "small_allocated_bytes", "small_allocated_bytes_peak", "small_allocated_bytes_total",
+                "small_freed_bytes_total",
+                "requested_bytes", "requested_bytes_peak",
+                "alloc_count", "alloc_count_peak", "alloc_count_total", "free_count_total",
+                "large_alloc_count", "large_alloc_count_peak", "large_alloc_count_total", "large_free_count_total",
+                "small_alloc_count", "small_alloc_count_peak", "small_alloc_count_total", "small_free_count_total",
+                "reserved_bytes", "reserved_bytes_peak", "reserved_bytes_total", "released_bytes_total",
+                "segment_count", "segment_count_peak", "segment_count_total", "segment_release_count_total",
+                "upstream_record_count", "failed_count", "oom_count", "first_failed_size", "unknown_free_count",
+            )
+        ]
+        + [("version", c_uint32), ("device", c_int32), ("kind", c_char * 32)]
+    )
 
 
 class VmParams(ctypes.Structure):
@@ -351,6 +397,8 @@ map_fn = ctypes.CFUNCTYPE(status_t, c_void_p, c_void_p, c_size_t, c_int32)
 hook_fn = ctypes.CFUNCTYPE(None, POINTER(HookInfo), c_void_p)
 block_fn = ctypes.CFUNCTYPE(None, POINTER(BlockInfo), c_void_p)
 reclaim_fn = ctypes.CFUNCTYPE(None, c_int32, c_size_t, c_void_p)
+trace_frames_fn = ctypes.CFUNCTYPE(c_size_t, POINTER(ctypes.c_char), c_size_t, c_void_p)
+trace_text_fn = ctypes.CFUNCTYPE(None, POINTER(ctypes.c_char), c_size_t, c_void_p)
 for _fn, _name in [
     (alloc_fn, "gpumem_alloc_fn"),
     (free_fn, "gpumem_free_fn"),
@@ -360,9 +408,19 @@ for _fn, _name in [
     (hook_fn, "gpumem_hook_fn"),
     (block_fn, "gpumem_block_fn"),
     (reclaim_fn, "gpumem_reclaim_fn"),
+    (trace_frames_fn, "gpumem_trace_frames_fn"),
+    (trace_text_fn, "gpumem_trace_text_fn"),
 ]:
     _fn._c_name_ = _name
 del _fn, _name
+
+TraceParams._fields_ = [
+    ("struct_size", c_size_t),
+    ("flags", c_uint32),
+    ("max_frames", c_uint32),
+    ("frames", trace_frames_fn),
+    ("frames_user_data", c_void_p),
+]
 
 AllocatorFunctions._fields_ = [
     ("struct_size", c_size_t),
@@ -403,6 +461,9 @@ STRUCTS = [
     TenantInfo,
     TraceHeader,
     TraceRecord,
+    TraceFrame,
+    TraceParams,
+    TraceSummary,
     VmParams,
     VmInfo,
 ]

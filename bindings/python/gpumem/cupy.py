@@ -22,6 +22,8 @@ gpumem.torch and gpumem.numba share, so that what one library frees serves the o
 free the arrays made on a cupy.cuda.Stream, and call memory_pool().free_all_blocks(stream),
 before the stream goes. Budgets (install()'s `limit` and `soft_limit`, or GPUMEM_CUPY_LIMIT and
 GPUMEM_CUPY_SOFT_LIMIT) make a Tenant "cupy" too, of the device's own CuPy pool unless shared.
+GPUMEM_TRACE (gpumem.trace), read once when the CupyAllocator is made (install() raises ValueError for a
+wrong one), records the allocator that serves each device from its first use.
 
 CuPy is imported when these functions run, never when this module is imported.
 
@@ -54,6 +56,7 @@ from .device import query_memory
 from .errors import Error, NotOwned, OutOfMemory
 from .raw import HostAllocFlags
 from .tenant import Tenant, kept_tenant, parse_size
+from .trace import environment_setting, trace_from_environment
 
 _lock = threading.Lock()
 _installed = []  # _Installation, innermost last
@@ -206,6 +209,9 @@ class CupyAllocator:
         self._targets = []  # per device, stream -> the address of its pool's gpumem_cupy_target_t
         self.malloc = self._make_malloc()
         self._factory = None
+        # GPUMEM_TRACE, read once here, where a wrong one raises ValueError to install()'s caller,
+        # rather than at each device's first allocation, inside CuPy.
+        self._trace_setting = environment_setting()
         if pools is None:
             pass
         elif isinstance(pools, Allocator):
@@ -233,6 +239,7 @@ class CupyAllocator:
         if found != device:
             where = "host memory" if found < 0 else f"device {found}"
             raise ValueError(f"{allocator!r} allocates {where}, not on device {device}")
+        trace_from_environment(allocator, device, self._trace_setting)  # recorded from its first use by CuPy
         self._pools[device] = allocator
 
     @property

@@ -17,7 +17,9 @@ no way back. install() makes, for each device, a tenant named "torch" (gpumem.Te
 device's default allocator (gpumem.device_pool, unless another was set), which PyTorch's memory
 comes from on PyTorch's current stream: other libraries on the same pool (gpumem.numba,
 gpumem.cupy when shared) reuse what PyTorch frees, and PyTorch has budgets of its own (install()'s
-arguments, or GPUMEM_TORCH_LIMIT and GPUMEM_TORCH_SOFT_LIMIT).
+arguments, or GPUMEM_TORCH_LIMIT and GPUMEM_TORCH_SOFT_LIMIT). GPUMEM_TRACE (gpumem.trace) records
+each device's allocator from install() on, with Python stacks if it asks, as PyTorch's
+torch.cuda.memory._record_memory_history(stacks="python") does.
 
 What reaches PyTorch: allocations, frees and, where this PyTorch lets a pluggable allocator have
 it (record_stream_supported()), Tensor.record_stream. A refused allocation raises PyTorch's own
@@ -42,6 +44,7 @@ from .allocator import Allocator, Pool, device_pool
 from .device import device_count
 from .errors import Error
 from .tenant import Tenant, budget_from_environment, parse_size
+from .trace import _stop_environment_trace, environment_setting, trace_from_environment
 
 _lock = threading.Lock()
 _installed = None  # the CUDAPluggableAllocator installed, kept alive with its library handle
@@ -89,11 +92,11 @@ def install(limit=None, soft_limit=None, devices=None):
             hooked = callable(set_record_stream)
             if hooked:
                 set_record_stream(ctypes.cast(library().gpumem_torch_record_stream, ctypes.c_void_p).value)
-            made = _make_tenants(devices, limit, soft_limit)
+            made, traces = _make_tenants(devices, limit, soft_limit)
             try:
                 torch.cuda.memory.change_current_allocator(allocator)
             except RuntimeError as error:
-                _drop_tenants(made)
+                _drop_tenants(made, traces)
                 raise RuntimeError(
                     "gpumem.torch.install() must be called before PyTorch initializes CUDA (its first CUDA "
                     "tensor, torch.cuda.init(), torch.cuda.current_device() ...); PyTorch keeps the allocator "
@@ -114,7 +117,9 @@ def _budgets(device, limit, soft_limit):
 
 
 def _make_tenants(devices, limit, soft_limit):
-    """{device: Tenant}, each set as the allocator of gpumem_torch_alloc for its device."""
+    """({device: Tenant}, [Trace]): each Tenant set as the allocator of gpumem_torch_alloc for its
+    device, and the recordings GPUMEM_TRACE asks for of their upstreams. Nothing is left behind
+    when it raises."""
     if devices is None:
         try:
             devices = range(device_count())
@@ -122,20 +127,28 @@ def _make_tenants(devices, limit, soft_limit):
             devices = ()
     elif isinstance(devices, int):
         devices = (devices,)
-    made = {}
+    setting = environment_setting()  # read first: a wrong GPUMEM_TRACE is refused before any change
+    made, traces = {}, []
     try:
         for device in devices:
-            upstream = pool(device)
-            tenant = Tenant(upstream, device, *_budgets(device, limit, soft_limit), name="torch")
+            tenant = Tenant(pool(device), device, *_budgets(device, limit, soft_limit), name="torch")
             made[device] = tenant
             library().gpumem_torch_set_allocator(device, tenant.handle)
+        # Last, once nothing else can fail: a recording started is a file written, which a failed
+        # install() would leave behind half-made.
+        for device, tenant in made.items():
+            trace = trace_from_environment(tenant.upstream, device, setting)
+            if trace is not None:
+                traces.append(trace)
     except BaseException:
-        _drop_tenants(made)
+        _drop_tenants(made, traces)
         raise
-    return made
+    return made, traces
 
 
-def _drop_tenants(made):
+def _drop_tenants(made, traces=()):
+    for trace in traces:
+        _stop_environment_trace(trace)
     for device, tenant in made.items():
         library().gpumem_torch_set_allocator(device, None)
         tenant.close()

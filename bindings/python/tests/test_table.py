@@ -25,7 +25,7 @@ class DescriptionTest(unittest.TestCase):
         cls.statuses = {v["value"]: v["name"] for v in cls.description["enums"]["gpumem_status"]["values"]}
 
     def test_enums_match_the_headers(self):
-        for cls, prefix in [
+        for cls, prefix, *enum in [
             (gpumem.allocator.HookEvent, "GPUMEM_HOOK_"),
             (gpumem.allocator.BlockState, "GPUMEM_BLOCK_"),
             (gpumem.allocator.CudaPoolSource, "GPUMEM_CUDA_POOL_"),
@@ -39,10 +39,16 @@ class DescriptionTest(unittest.TestCase):
             (gpumem.raw.Location, "GPUMEM_LOCATION_"),
             (gpumem.raw.Advice, "GPUMEM_ADVICE_"),
             (gpumem.array.Format, "GPUMEM_FORMAT_"),
-            (gpumem.trace.TraceEvent, "GPUMEM_TRACE_"),
+            # Enums whose values share a prefix with another's: compared with their own enum only.
+            (gpumem.trace.TraceEvent, "GPUMEM_TRACE_", "gpumem_trace_event"),
+            (gpumem.trace.TraceFlags, "GPUMEM_TRACE_", "gpumem_trace_flags"),
+            (gpumem.trace.TraceFrameKind, "GPUMEM_TRACE_FRAME_", "gpumem_trace_frame_kind"),
         ]:
+            values = self.values
+            if enum:
+                values = {v["name"]: v["value"] for v in self.description["enums"][enum[0]]["values"]}
             with self.subTest(enum=cls.__name__):
-                found = {n[len(prefix):]: v for n, v in self.values.items() if n.startswith(prefix)}
+                found = {n[len(prefix):]: v for n, v in values.items() if n.startswith(prefix)}
                 self.assertEqual({name: int(member) for name, member in cls.__members__.items()}, found)
 
     def test_every_status_has_its_class(self):

@@ -217,6 +217,10 @@ const GPUMEM_TRACE_FREE = UInt32(2)
 const GPUMEM_TRACE_UPSTREAM_ALLOC = UInt32(3)
 const GPUMEM_TRACE_UPSTREAM_FREE = UInt32(4)
 const GPUMEM_TRACE_ALLOC_FAILED = UInt32(5)
+const GPUMEM_TRACE_MAX_FRAMES = 64
+const GPUMEM_TRACE_NATIVE_FRAMES = UInt32(0x1)
+const GPUMEM_TRACE_FRAME_NATIVE = UInt32(1)
+const GPUMEM_TRACE_FRAME_CALLER = UInt32(2)
 
 ## Types
 
@@ -242,6 +246,8 @@ const gpumem_map_fn = Ptr{Cvoid}
 const gpumem_hook_fn = Ptr{Cvoid}
 const gpumem_block_fn = Ptr{Cvoid}
 const gpumem_reclaim_fn = Ptr{Cvoid}
+const gpumem_trace_frames_fn = Ptr{Cvoid}
+const gpumem_trace_text_fn = Ptr{Cvoid}
 
 """
     gpumem_device_info_t
@@ -562,6 +568,79 @@ struct gpumem_trace_record_t
     size::UInt64
     mem_size::UInt64
     status::gpumem_status_t
+    stack::UInt64
+    frame_count::UInt32
+end
+
+"How to record (`trace.h`): what to keep beside the events."
+struct gpumem_trace_params_t
+    struct_size::Csize_t
+    flags::UInt32
+    max_frames::UInt32
+    frames::gpumem_trace_frames_fn
+    frames_user_data::Ptr{Cvoid}
+end
+
+"One frame of a trace record (`trace.h`), from `gpumem_trace_reader_get_frame`; its strings are the reader's."
+struct gpumem_trace_frame_t
+    struct_size::Csize_t
+    kind::UInt32
+    address::UInt64
+    module_offset::UInt64
+    symbol_offset::UInt64
+    module::Cstring
+    symbol::Cstring
+    text::Cstring
+end
+
+"What a trace says its allocator did (`trace.h`), from `gpumem_trace_summarize`."
+struct gpumem_trace_summary_t
+    struct_size::Csize_t
+    records::UInt64
+    peak_record::UInt64
+    peak_record_alloc_count::UInt64
+    allocated_bytes::UInt64
+    allocated_bytes_peak::UInt64
+    allocated_bytes_total::UInt64
+    freed_bytes_total::UInt64
+    large_allocated_bytes::UInt64
+    large_allocated_bytes_peak::UInt64
+    large_allocated_bytes_total::UInt64
+    large_freed_bytes_total::UInt64
+    small_allocated_bytes::UInt64
+    small_allocated_bytes_peak::UInt64
+    small_allocated_bytes_total::UInt64
+    small_freed_bytes_total::UInt64
+    requested_bytes::UInt64
+    requested_bytes_peak::UInt64
+    alloc_count::UInt64
+    alloc_count_peak::UInt64
+    alloc_count_total::UInt64
+    free_count_total::UInt64
+    large_alloc_count::UInt64
+    large_alloc_count_peak::UInt64
+    large_alloc_count_total::UInt64
+    large_free_count_total::UInt64
+    small_alloc_count::UInt64
+    small_alloc_count_peak::UInt64
+    small_alloc_count_total::UInt64
+    small_free_count_total::UInt64
+    reserved_bytes::UInt64
+    reserved_bytes_peak::UInt64
+    reserved_bytes_total::UInt64
+    released_bytes_total::UInt64
+    segment_count::UInt64
+    segment_count_peak::UInt64
+    segment_count_total::UInt64
+    segment_release_count_total::UInt64
+    upstream_record_count::UInt64
+    failed_count::UInt64
+    oom_count::UInt64
+    first_failed_size::UInt64
+    unknown_free_count::UInt64
+    version::UInt32
+    device::Int32
+    kind::NTuple{32,Cchar}
 end
 
 """
@@ -937,6 +1016,13 @@ gpumem_pin_get_stats(out_stats) =
 gpumem_trace_start(allocator, path, flags, out_trace) =
     ccall(@sym(:gpumem_trace_start), gpumem_status_t,
           (Ptr{gpumem_allocator_t}, Cstring, UInt32, Ptr{Ptr{gpumem_trace_t}}), allocator, path, flags, out_trace)
+gpumem_trace_params_init(params, struct_size) =
+    ccall(@sym(:gpumem_trace_params_init), gpumem_status_t, (Ptr{gpumem_trace_params_t}, Csize_t), params,
+          struct_size)
+gpumem_trace_start_with_params(allocator, path, params, out_trace) =
+    ccall(@sym(:gpumem_trace_start_with_params), gpumem_status_t,
+          (Ptr{gpumem_allocator_t}, Cstring, Ref{gpumem_trace_params_t}, Ptr{Ptr{gpumem_trace_t}}), allocator, path,
+          params, out_trace)
 gpumem_trace_stop(trace) = ccall(@sym(:gpumem_trace_stop), gpumem_status_t, (Ptr{gpumem_trace_t},), trace)
 gpumem_trace_reader_open(path, out_reader) =
     ccall(@sym(:gpumem_trace_reader_open), gpumem_status_t, (Cstring, Ptr{Ptr{gpumem_trace_reader_t}}), path,
@@ -947,8 +1033,15 @@ gpumem_trace_reader_get_header(reader, out_header) =
 gpumem_trace_reader_next(reader, out_record, out_has_record) =
     ccall(@sym(:gpumem_trace_reader_next), gpumem_status_t,
           (Ptr{gpumem_trace_reader_t}, Ptr{gpumem_trace_record_t}, Ptr{Bool}), reader, out_record, out_has_record)
+gpumem_trace_reader_get_frame(reader, index, out_frame) =
+    ccall(@sym(:gpumem_trace_reader_get_frame), gpumem_status_t,
+          (Ptr{gpumem_trace_reader_t}, UInt32, Ptr{gpumem_trace_frame_t}), reader, index, out_frame)
 gpumem_trace_reader_close(reader) =
     ccall(@sym(:gpumem_trace_reader_close), gpumem_status_t, (Ptr{gpumem_trace_reader_t},), reader)
+gpumem_trace_summarize(path, top, write_text, user_data, out_summary) =
+    ccall(@sym(:gpumem_trace_summarize), gpumem_status_t,
+          (Cstring, UInt32, gpumem_trace_text_fn, Ptr{Cvoid}, Ptr{gpumem_trace_summary_t}), path, top, write_text,
+          user_data, out_summary)
 
 ## Helpers for the structs
 

@@ -626,6 +626,102 @@ pub struct gpumem_trace_record_t {
     pub size: u64,
     pub mem_size: u64,
     pub status: gpumem_status_t,
+    pub stack: u64,
+    pub frame_count: u32,
+}
+
+pub const GPUMEM_TRACE_MAX_FRAMES: i32 = 64;
+
+// enum gpumem_trace_flags (trace.h)
+pub const GPUMEM_TRACE_NATIVE_FRAMES: u32 = 0x1;
+
+/// `gpumem_trace_frames_fn` (trace.h).
+pub type gpumem_trace_frames_fn =
+    Option<unsafe extern "C" fn(buffer: *mut c_char, capacity: usize, user_data: *mut c_void) -> usize>;
+
+/// `gpumem_trace_text_fn` (trace.h).
+pub type gpumem_trace_text_fn =
+    Option<unsafe extern "C" fn(text: *const c_char, length: usize, user_data: *mut c_void)>;
+
+/// `gpumem_trace_params_t` (trace.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpumem_trace_params_t {
+    pub struct_size: usize,
+    pub flags: u32,
+    pub max_frames: u32,
+    pub frames: gpumem_trace_frames_fn,
+    pub frames_user_data: *mut c_void,
+}
+
+// enum gpumem_trace_frame_kind (trace.h)
+pub const GPUMEM_TRACE_FRAME_NATIVE: u32 = 1;
+pub const GPUMEM_TRACE_FRAME_CALLER: u32 = 2;
+
+/// `gpumem_trace_frame_t` (trace.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpumem_trace_frame_t {
+    pub struct_size: usize,
+    pub kind: u32,
+    pub address: u64,
+    pub module_offset: u64,
+    pub symbol_offset: u64,
+    pub module: *const c_char,
+    pub symbol: *const c_char,
+    pub text: *const c_char,
+}
+
+/// `gpumem_trace_summary_t` (trace.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpumem_trace_summary_t {
+    pub struct_size: usize,
+    pub records: u64,
+    pub peak_record: u64,
+    pub peak_record_alloc_count: u64,
+    pub allocated_bytes: u64,
+    pub allocated_bytes_peak: u64,
+    pub allocated_bytes_total: u64,
+    pub freed_bytes_total: u64,
+    pub large_allocated_bytes: u64,
+    pub large_allocated_bytes_peak: u64,
+    pub large_allocated_bytes_total: u64,
+    pub large_freed_bytes_total: u64,
+    pub small_allocated_bytes: u64,
+    pub small_allocated_bytes_peak: u64,
+    pub small_allocated_bytes_total: u64,
+    pub small_freed_bytes_total: u64,
+    pub requested_bytes: u64,
+    pub requested_bytes_peak: u64,
+    pub alloc_count: u64,
+    pub alloc_count_peak: u64,
+    pub alloc_count_total: u64,
+    pub free_count_total: u64,
+    pub large_alloc_count: u64,
+    pub large_alloc_count_peak: u64,
+    pub large_alloc_count_total: u64,
+    pub large_free_count_total: u64,
+    pub small_alloc_count: u64,
+    pub small_alloc_count_peak: u64,
+    pub small_alloc_count_total: u64,
+    pub small_free_count_total: u64,
+    pub reserved_bytes: u64,
+    pub reserved_bytes_peak: u64,
+    pub reserved_bytes_total: u64,
+    pub released_bytes_total: u64,
+    pub segment_count: u64,
+    pub segment_count_peak: u64,
+    pub segment_count_total: u64,
+    pub segment_release_count_total: u64,
+    pub upstream_record_count: u64,
+    pub failed_count: u64,
+    pub oom_count: u64,
+    pub first_failed_size: u64,
+    pub unknown_free_count: u64,
+    pub version: u32,
+    pub device: i32,
+    pub kind: [c_char; 32],
 }
 
 // The functions, in the order of the headers.
@@ -896,6 +992,13 @@ extern "C" {
         flags: u32,
         out_trace: *mut *mut gpumem_trace_t,
     ) -> gpumem_status_t;
+    pub fn gpumem_trace_params_init(params: *mut gpumem_trace_params_t, struct_size: usize) -> gpumem_status_t;
+    pub fn gpumem_trace_start_with_params(
+        allocator: *mut gpumem_allocator_t,
+        path: *const c_char,
+        params: *const gpumem_trace_params_t,
+        out_trace: *mut *mut gpumem_trace_t,
+    ) -> gpumem_status_t;
     pub fn gpumem_trace_stop(trace: *mut gpumem_trace_t) -> gpumem_status_t;
     pub fn gpumem_trace_reader_open(
         path: *const c_char,
@@ -910,5 +1013,17 @@ extern "C" {
         out_record: *mut gpumem_trace_record_t,
         out_has_record: *mut bool,
     ) -> gpumem_status_t;
+    pub fn gpumem_trace_reader_get_frame(
+        reader: *mut gpumem_trace_reader_t,
+        index: u32,
+        out_frame: *mut gpumem_trace_frame_t,
+    ) -> gpumem_status_t;
     pub fn gpumem_trace_reader_close(reader: *mut gpumem_trace_reader_t) -> gpumem_status_t;
+    pub fn gpumem_trace_summarize(
+        path: *const c_char,
+        top: u32,
+        write_text: gpumem_trace_text_fn,
+        user_data: *mut c_void,
+        out_summary: *mut gpumem_trace_summary_t,
+    ) -> gpumem_status_t;
 }
