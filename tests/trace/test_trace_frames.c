@@ -56,13 +56,19 @@ static gpumem_trace_t* start(gpumem_allocator_t* a, uint32_t flags, uint32_t max
   return t;
 }
 
-/* The calls whose return addresses the native frames must hold: never inlined. */
-__attribute__((noinline)) static void* allocate_here(gpumem_allocator_t* a, size_t size) {
+/* The calls whose return addresses the native frames must hold: never inlined, and (GCC's noipa)
+ * never cloned for their constant arguments, or the return address would lie in a clone. */
+#if defined(__clang__)
+#define CALLED_AS_WRITTEN __attribute__((noinline))
+#else
+#define CALLED_AS_WRITTEN __attribute__((noinline, noipa))
+#endif
+CALLED_AS_WRITTEN static void* allocate_here(gpumem_allocator_t* a, size_t size) {
   void* p = NULL;
   assert_ok(gpumem_alloc(a, size, NULL, &p));
   return p;
 }
-__attribute__((noinline)) static void* allocate_there(gpumem_allocator_t* a, size_t size) {
+CALLED_AS_WRITTEN static void* allocate_there(gpumem_allocator_t* a, size_t size) {
   void* p = NULL;
   assert_ok(gpumem_alloc(a, size, NULL, &p));
   return p;
