@@ -46,14 +46,6 @@ std::string size_name(size_t n) {
 std::vector<std::string> issues;  // WRONG and FAIL lines, printed after the table
 std::vector<std::string> notes;   // `#` lines, printed after the table
 
-std::string cell_text(const Cell& c) {
-  if (c.kind == Cell::kWrong) return "WRONG";
-  if (c.kind == Cell::kFailed) return "failed";
-  char text[32];
-  std::snprintf(text, sizeof text, c.gbps >= 100 ? "%.1f" : c.gbps >= 1 ? "%.2f" : "%.3f", c.gbps);
-  return text;
-}
-
 // What a row must reach (the targets of bench/README.md), against the driver or the limit: the
 // same bytes as one flat copy between device buffers, or between device memory and page-locked
 // host memory, measured in the same run.

@@ -1,6 +1,6 @@
 // The copy benchmark's rows (bench_copy.cpp): the buffers they copy between, the bytes they fill
 // them with and check them against, and the timing of one side of a row. Header-only, for
-// bench_copy alone.
+// bench_copy and bench_copy_pageable.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -196,6 +196,15 @@ inline Cell measure(const Row& row, const std::function<void()>& copy) {
     c.what = f.what();
   }
   return c;
+}
+
+// A cell of the table: its GB/s, or what went wrong.
+inline std::string cell_text(const Cell& c) {
+  if (c.kind == Cell::kWrong) return "WRONG";
+  if (c.kind == Cell::kFailed) return "failed";
+  char text[32];
+  std::snprintf(text, sizeof text, c.gbps >= 100 ? "%.1f" : c.gbps >= 1 ? "%.2f" : "%.3f", c.gbps);
+  return text;
 }
 
 }  // namespace copy_rows

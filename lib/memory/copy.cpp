@@ -108,7 +108,10 @@ void copy(void* dst, const void* src, size_t size, CUstream stream, bool async) 
   // the driver's for large copies (see staging.cpp).
   const bool host_to_device = from.memory_type == GPUMEM_MEMORY_UNREGISTERED && to.memory_type == GPUMEM_MEMORY_DEVICE;
   const bool device_to_host = to.memory_type == GPUMEM_MEMORY_UNREGISTERED && from.memory_type == GPUMEM_MEMORY_DEVICE;
-  if ((host_to_device || device_to_host) && staged_copy(dst, src, size, host_to_device, stream, async)) return;
+  if ((host_to_device || device_to_host) &&
+      staged_copy({static_cast<char*>(dst), size, size}, {static_cast<char*>(const_cast<void*>(src)), size, size}, size,
+                  1, 1, host_to_device, stream, async))
+    return;
   // The driver refuses a copy whose page-locked side runs over the end of its registration (into
   // the next one, as the pinning service leaves them, or into plain memory): such a copy goes in
   // pieces, one per registration. Almost every copy is one piece, asking the driver nothing more.

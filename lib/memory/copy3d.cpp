@@ -222,6 +222,18 @@ bool try_kernel(const Side& d, const Side& s, const CopyRegion& r, CUstream stre
   return true;
 }
 
+// Plain host memory on one side and device memory on the other: staged as 1D copies are
+// (staging.cpp), in the current context.
+bool try_staged(const Side& d, const Side& s, const CopyRegion& r, CUstream stream, bool async) {
+  if (d.is_array || s.is_array) return false;
+  const bool to_device = s.info.memory_type == GPUMEM_MEMORY_UNREGISTERED && d.info.memory_type == GPUMEM_MEMORY_DEVICE;
+  const bool to_host = d.info.memory_type == GPUMEM_MEMORY_UNREGISTERED && s.info.memory_type == GPUMEM_MEMORY_DEVICE;
+  if (!to_device && !to_host) return false;
+  return staged_copy({reinterpret_cast<char*>(d.start), d.pitch, d.slice},
+                     {reinterpret_cast<char*>(s.start), s.pitch, s.slice}, r.width, r.height, r.depth, to_device,
+                     stream, async);
+}
+
 }  // namespace
 
 void copy3d(CopyRegion r, CUstream stream, bool async) {
@@ -260,6 +272,7 @@ void copy3d(CopyRegion r, CUstream stream, bool async) {
 
   const driver::Api& a = driver::api();
   driver::ContextScope scope(here);
+  if (try_staged(d, s, r, stream, async)) return;
   CUresult result;
   if (d.on_device() && s.on_device() && dc != sc) {
     ensure_peer_access(d.device(), s.device());

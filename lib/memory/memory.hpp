@@ -100,14 +100,36 @@ void wait_legacy_stream(const char* what);
 // each can reach the other's memory. Copies work either way (the driver stages them otherwise).
 bool ensure_peer_access(int a, int b);
 
+// Memory as the rows of a 3D region: row y of slice z starts at at + y * pitch + z * slice.
+struct RowsAt {
+  char* at;
+  size_t pitch, slice;
+};
+
 // Copies between device memory and plain host memory through gpumem's staging buffers, in the
-// current context. False, having done nothing, when the copy is better left to the driver (small,
-// a capturing stream, all staging buffers busy).
-bool staged_copy(void* dst, const void* src, size_t size, bool to_device, CUstream stream, bool async);
+// current context: height rows of width bytes in each of depth slices (1D: one row). False, having
+// done nothing, when the copy is better left to the driver (small, a capturing stream, all staging
+// buffers busy).
+bool staged_copy(RowsAt dst, RowsAt src, size_t width, size_t height, size_t depth, bool to_device, CUstream stream,
+                 bool async);
 size_t staging_held();
 // Refused as gpumem_copy_staging_release() during a capture, when it holds buffers to free.
 void staging_release();
-// Joins staging's worker threads (a later copy starts them again); false while a copy runs.
+
+// Rows of host memory to copy: row y of slice z from src + z * src_slice + y * src_pitch to the
+// same place of dst.
+struct RowCopy {
+  char* dst;
+  const char* src;
+  size_t width, rows, dst_pitch, src_pitch;
+  size_t slices = 1, dst_slice = 0, src_slice = 0;
+};
+// Staged copies that may run their host side at once (staging's sets): the host copier's queue
+// holds their parts without allocating.
+constexpr size_t kHostCopiesAtOnce = 2;
+// Copies on this thread and up to threads - 1 of the host copier's workers (host_copy.cpp).
+void host_copy_rows(const RowCopy& copy, unsigned threads);
+// Joins the host copier's worker threads (a later copy starts them again); false while a copy runs.
 bool stop_host_copier();
 // Copies host memory as staging does: split over its worker threads when large. For tests.
 void host_copy(void* dst, const void* src, size_t size);

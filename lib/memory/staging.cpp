@@ -1,27 +1,14 @@
 // Copies between device memory and plain (pageable) host memory through gpumem's page-locked
-// staging buffers. The driver stages such copies too, one buffer at a time on one thread; here
-// several host threads fill or drain one buffer while the copy engine moves another, so host
-// copying and DMA overlap and the host side runs at the speed of several cores.
+// staging buffers, in 1D, 2D and 3D. The driver stages such copies too, one buffer at a time on one
+// thread; here several host threads (host_copy.cpp) fill or drain one buffer while the copy engine
+// moves another, so host copying and DMA overlap and the host side runs at the speed of several
+// cores. Pitched rows are packed into a buffer, as many whole rows of a slice as fit.
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
-#include <condition_variable>
-#include <cstdlib>
-#include <cstring>
 #include <iterator>
 #include <mutex>
-#include <shared_mutex>
-#include <system_error>
-#include <thread>
 #include <vector>
 
-#include <pthread.h>
-#include <sched.h>
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
-
-#include "core/spin_lock.hpp"
 #include "gpumem/copy.h"
 #include "memory/memory.hpp"
 
@@ -34,6 +21,7 @@ constexpr size_t kBufferBytes = size_t{4} << 20;
 constexpr int kBuffers = 4;
 constexpr int kSets = 2;  // copies at once; a third goes to the driver
 static_assert(size_t{kSets} * kBuffers * kBufferBytes == GPUMEM_COPY_STAGING_LIMIT);
+static_assert(size_t{kSets} <= kHostCopiesAtOnce);
 // Threads a staged copy's host side uses in each direction, at most (fewer where the process has
 // fewer cores or GPUMEM_COPY_THREADS says so). Measured on the H200 machine with bench_copy, 6, 10
 // and 16 threads: uploads gain up to all 16 cores (1 GiB: 24.8, 33.6, 36.5 GB/s), while downloads
@@ -41,220 +29,6 @@ static_assert(size_t{kSets} * kBuffers * kBufferBytes == GPUMEM_COPY_STAGING_LIM
 // copy engine's writes into the staging buffers.
 constexpr unsigned kUploadThreads = 16;
 constexpr unsigned kDownloadThreads = 6;
-// Host copies smaller than this stay on the calling thread: waking a worker costs more.
-constexpr size_t kPieceBytes = size_t{128} << 10;
-
-// Copies with non-temporal stores where the machine has them. Neither destination is read by this
-// thread again soon (the copy engine reads a staging buffer; the caller's memory was written for
-// later), so skipping the caches saves reading each destination line before writing it. Measured
-// on the H200 machine: 1 GiB staged copies 15-25% faster to the device and 40% from it.
-void stream_copy(void* dst, const void* src, size_t n) {
-#if defined(__x86_64__)
-  if (n < 4096) {
-    std::memcpy(dst, src, n);
-    return;
-  }
-  auto* d = static_cast<char*>(dst);
-  const auto* s = static_cast<const char*>(src);
-  const size_t head = (16 - (reinterpret_cast<uintptr_t>(d) & 15)) & 15;
-  std::memcpy(d, s, head);
-  d += head, s += head, n -= head;
-  for (; n >= 64; d += 64, s += 64, n -= 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
-    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
-  }
-  std::memcpy(d, s, n);
-  _mm_sfence();  // the streamed stores are ordered before whatever signals the copy's end
-#else
-  std::memcpy(dst, src, n);
-#endif
-}
-
-// ---- Host copies spread over worker threads ------------------------------------------------------
-
-// GPUMEM_COPY_THREADS, the threads a staged copy's host side uses (the calling thread among them),
-// else `cores`; at least 1.
-unsigned copy_threads(unsigned cores) {
-  const char* text = std::getenv("GPUMEM_COPY_THREADS");
-  if (!text || !*text) return cores;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long n = std::strtoul(text, &end, 10);
-  if (errno || *end || n < 1 || n > 1024 || text[0] == '-')
-    fail(GPUMEM_ERROR_INVALID_ARGUMENT, "GPUMEM_COPY_THREADS=\"%s\" is not a number of threads from 1 to 1024", text);
-  return static_cast<unsigned>(n);
-}
-
-class HostCopier {
- public:
-  HostCopier() {
-    queue_.reserve(kMaxPieces);  // so that queueing a copy's pieces cannot fail half way
-    start();
-  }
-
-  // Copies on this thread and at most threads - 1 workers.
-  void copy(void* dst, const void* src, size_t n, unsigned threads) {
-    if (n / kPieceBytes <= 1) {  // too small to split: this thread alone, no worker needed
-      stream_copy(dst, src, n);
-      return;
-    }
-    // Shared with other copies, never with stop(): the workers stay while a copy needs them.
-    std::shared_lock<std::shared_mutex> running(running_);
-    if (!started_.load(std::memory_order_acquire)) {
-      running.unlock();
-      {
-        std::unique_lock<std::shared_mutex> starting(running_);
-        if (!started_.load(std::memory_order_relaxed)) start();
-      }
-      running.lock();
-    }
-    const size_t parts = std::min<size_t>({workers_ + 1, threads, n / kPieceBytes});
-    if (parts <= 1) {
-      stream_copy(dst, src, n);
-      return;
-    }
-    const size_t part = (n / parts + 63) & ~size_t{63};
-    Job job;
-    job.left.store(parts - 1, std::memory_order_relaxed);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      for (size_t i = 1; i < parts; ++i) {
-        const size_t at = i * part;
-        queue_.push_back(
-            {static_cast<char*>(dst) + at, static_cast<const char*>(src) + at, i + 1 == parts ? n - at : part, &job});
-      }
-      queued_.store(queue_.size(), std::memory_order_release);
-    }
-    if (sleeping_.load(std::memory_order_acquire)) wake_.notify_all();
-    stream_copy(dst, src, part);
-    // The pieces end at about the same time as this thread's, so spin before sleeping: a wake-up
-    // costs as much as copying a few hundred kilobytes.
-    for (int spin = 0; spin < kSpins && job.left.load(std::memory_order_acquire) != 0; ++spin) spin_pause();
-    // Taking the job's mutex also waits for a worker still inside finish(), so the job may end.
-    std::unique_lock<std::mutex> lock(job.mutex);
-    job.done.wait(lock, [&] { return job.left.load(std::memory_order_acquire) == 0; });
-  }
-
-  // Joins the workers; a later copy starts them again. False, doing nothing, while a copy runs.
-  bool stop() {
-    std::unique_lock<std::shared_mutex> running(running_, std::try_to_lock);
-    if (!running.owns_lock()) return false;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    for (std::thread& t : threads_) t.join();
-    threads_.clear();
-    workers_ = 0;
-    stopping_ = false;
-    started_.store(false, std::memory_order_release);
-    return true;
-  }
-
- private:
-  // One worker per core this process may run on (its affinity, as a container's cpuset sets it)
-  // but the calling thread's, at most kMaxWorkers, or GPUMEM_COPY_THREADS threads in all. A copy
-  // thread moves about 7 GB/s on the H200 machine, and the rate grows with threads up to its 16
-  // cores (49 GB/s alone, 42 GB/s beside a DMA transfer): bench/README.md. Called without any
-  // copy running.
-  void start() {
-    cpu_set_t cpus;
-    const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-    const unsigned wanted =
-        std::min<unsigned>(kMaxWorkers, copy_threads(static_cast<unsigned>(std::max(cores, 1))) - 1);
-    threads_.reserve(wanted);
-    try {
-      for (; workers_ < wanted; ++workers_) {
-        threads_.emplace_back([this] { work(); });
-        pthread_setname_np(threads_.back().native_handle(), "gpumem-copy");  // for ps, gdb and tests
-      }
-    } catch (const std::system_error&) {
-      // Out of threads: copy with those that started, down to the calling thread alone.
-    }
-    started_.store(true, std::memory_order_release);
-  }
-
-  static constexpr int kSpins = 2000;  // some tens of microseconds of pauses
-  static constexpr unsigned kMaxWorkers = 15;
-  // Pieces queued at once: each staged copy (at most kSets at a time) queues one per worker.
-  static constexpr size_t kMaxPieces = kSets * kMaxWorkers;
-
-  // One copy's pieces on worker threads; lives on the copying thread's stack until all are done.
-  struct Job {
-    std::atomic<size_t> left{0};
-    std::mutex mutex;
-    std::condition_variable done;
-  };
-  struct Piece {
-    char* dst;
-    const char* src;
-    size_t n;
-    Job* job;
-  };
-
-  static void finish(Job& job) {
-    std::lock_guard<std::mutex> lock(job.mutex);
-    if (job.left.fetch_sub(1, std::memory_order_acq_rel) == 1) job.done.notify_all();
-  }
-
-  // A piece to copy, else false; `stop` set when the workers are to end (no copy is running then).
-  bool take(Piece& p, bool& stop) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop = stopping_;
-    if (queue_.empty()) return false;
-    p = queue_.front();
-    queue_.erase(queue_.begin());
-    queued_.store(queue_.size(), std::memory_order_release);
-    return true;
-  }
-
-  void work() {
-    for (;;) {
-      Piece p;
-      bool stop = false;
-      for (int spin = 0; !take(p, stop); ++spin) {
-        if (stop) return;
-        if (spin < kSpins) {
-          while (spin < kSpins && queued_.load(std::memory_order_acquire) == 0) {
-            spin_pause();
-            ++spin;
-          }
-          continue;
-        }
-        std::unique_lock<std::mutex> lock(mutex_);
-        sleeping_.fetch_add(1, std::memory_order_acq_rel);
-        wake_.wait(lock, [this] { return !queue_.empty() || stopping_; });
-        sleeping_.fetch_sub(1, std::memory_order_acq_rel);
-        spin = 0;
-      }
-      stream_copy(p.dst, p.src, p.n);
-      finish(*p.job);
-    }
-  }
-
-  unsigned workers_ = 0;
-  std::vector<std::thread> threads_;
-  std::atomic<bool> started_{false};
-  std::shared_mutex running_;  // copies hold it shared; stop() alone
-  bool stopping_ = false;      // under mutex_
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::vector<Piece> queue_;  // a handful at most: taken from the front
-  std::atomic<size_t> queued_{0};
-  std::atomic<unsigned> sleeping_{0};
-};
-
-HostCopier& host_copier() {
-  static HostCopier* c = new HostCopier;  // leaked: copies may run during exit; gpumem_shutdown joins its threads
-  return *c;
-}
 
 // ---- Staging buffers -----------------------------------------------------------------------------
 
@@ -414,19 +188,75 @@ size_t chunk_for(size_t size) {
   return std::clamp(chunk, size_t{512} << 10, kBufferBytes);
 }
 
-void stage_to_device(StagingSet& set, char* dst, const char* src, size_t size, CUstream stream, bool async) {
+// A staged copy cut into the pieces that pass through one buffer each: whole slices where a slice
+// fits in a chunk, else whole rows of one slice where a row fits, else parts of one row (a 1D copy
+// is one row). A buffer holds its piece packed: rows width bytes apart, slices width x rows.
+struct Pieces {
+  struct Piece {
+    size_t x, y, z, width, rows, slices;
+  };
+  enum Mode { kSlices, kRows, kParts } mode;
+  size_t width, height, depth, chunk, per;  // per: slices, rows or bytes a piece
+
+  Pieces(size_t w, size_t h, size_t d) : width(w), height(h), depth(d), chunk(chunk_for(w * h * d)) {
+    mode = w * h <= chunk ? kSlices : w <= chunk ? kRows : kParts;
+    per = mode == kSlices ? chunk / (w * h) : mode == kRows ? chunk / w : chunk;
+  }
+  // Pieces a slice (kRows) or a row (kParts).
+  size_t per_group() const { return mode == kRows ? (height + per - 1) / per : (width + per - 1) / per; }
+  size_t count() const {
+    if (mode == kSlices) return (depth + per - 1) / per;
+    return per_group() * (mode == kRows ? depth : height * depth);
+  }
+  Piece operator[](size_t i) const {
+    if (mode == kSlices) return {0, 0, i * per, width, height, std::min(per, depth - i * per)};
+    const size_t group = i / per_group(), k = i % per_group();
+    if (mode == kRows) return {0, k * per, group, width, std::min(per, height - k * per), 1};
+    return {k * per, group % height, group / height, std::min(per, width - k * per), 1, 1};
+  }
+};
+
+char* at(const RowsAt& m, const Pieces::Piece& p) { return m.at + p.z * m.slice + p.y * m.pitch + p.x; }
+
+// A piece's rows between memory laid out as m and a buffer, where they lie packed.
+RowCopy to_buffer(char* buffer, const RowsAt& m, const Pieces::Piece& p) {
+  return {buffer, at(m, p), p.width, p.rows, p.width, m.pitch, p.slices, p.width * p.rows, m.slice};
+}
+RowCopy from_buffer(const RowsAt& m, const char* buffer, const Pieces::Piece& p) {
+  return {at(m, p), buffer, p.width, p.rows, m.pitch, p.width, p.slices, m.slice, p.width * p.rows};
+}
+
+// Queues the copy engine's part of a piece: rows.src to rows.dst, both in device-visible memory.
+void queue_rows(const RowCopy& rows, CUstream stream, const char* what) {
   const driver::Api& a = driver::api();
-  const size_t chunk = chunk_for(size);
-  for (size_t done = 0, i = 0; done < size; ++i) {
+  if (rows.rows == 1 && rows.slices == 1) {
+    driver::check(a.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(rows.dst), reinterpret_cast<CUdeviceptr>(rows.src),
+                                  rows.width, stream),
+                  what);
+    return;
+  }
+  CUDA_MEMCPY3D m{};
+  m.srcMemoryType = m.dstMemoryType = CU_MEMORYTYPE_UNIFIED;
+  m.srcDevice = reinterpret_cast<CUdeviceptr>(rows.src);
+  m.srcPitch = rows.src_pitch;
+  m.srcHeight = rows.slices > 1 ? rows.src_slice / rows.src_pitch : rows.rows;
+  m.dstDevice = reinterpret_cast<CUdeviceptr>(rows.dst);
+  m.dstPitch = rows.dst_pitch;
+  m.dstHeight = rows.slices > 1 ? rows.dst_slice / rows.dst_pitch : rows.rows;
+  m.WidthInBytes = rows.width;
+  m.Height = rows.rows;
+  m.Depth = rows.slices;
+  driver::check(a.cuMemcpy3DAsync(&m, stream), what);
+}
+
+void stage_to_device(StagingSet& set, RowsAt dst, RowsAt src, const Pieces& pieces, CUstream stream, bool async) {
+  for (size_t i = 0; i < pieces.count(); ++i) {
     const int b = static_cast<int>(i % kBuffers);
-    const size_t n = std::min(chunk, size - done);
+    const Pieces::Piece p = pieces[i];
     wait(set, b);
-    host_copier().copy(set.buffers[b], src + done, n, kUploadThreads);
-    driver::check(a.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst + done),
-                                  reinterpret_cast<CUdeviceptr>(set.buffers[b]), n, stream),
-                  "staged copy to the device");
+    host_copy_rows(to_buffer(set.buffers[b], src, p), kUploadThreads);
+    queue_rows(from_buffer(dst, set.buffers[b], p), stream, "staged copy to the device");
     record(set, b, stream);
-    done += n;
   }
   // The caller's memory has been read; a stream-ordered copy may end here. The buffers are
   // waited for by their next user.
@@ -434,33 +264,32 @@ void stage_to_device(StagingSet& set, char* dst, const char* src, size_t size, C
     for (int b = 0; b < kBuffers; ++b) wait(set, b);
 }
 
-void stage_to_host(StagingSet& set, char* dst, const char* src, size_t size, CUstream stream) {
-  const driver::Api& a = driver::api();
-  const size_t chunk = chunk_for(size);
-  const size_t chunks = (size + chunk - 1) / chunk;
+void stage_to_host(StagingSet& set, RowsAt dst, RowsAt src, const Pieces& pieces, CUstream stream) {
+  const size_t count = pieces.count();
   auto issue = [&](size_t i) {
     const int b = static_cast<int>(i % kBuffers);
-    const size_t at = i * chunk, n = std::min(chunk, size - at);
+    const Pieces::Piece p = pieces[i];
     wait(set, b);
-    driver::check(a.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(set.buffers[b]),
-                                  reinterpret_cast<CUdeviceptr>(src + at), n, stream),
-                  "staged copy from the device");
+    queue_rows(to_buffer(set.buffers[b], src, p), stream, "staged copy from the device");
     record(set, b, stream);
   };
-  for (size_t i = 0; i < std::min<size_t>(kBuffers, chunks); ++i) issue(i);
-  for (size_t i = 0; i < chunks; ++i) {
+  for (size_t i = 0; i < std::min<size_t>(kBuffers, count); ++i) issue(i);
+  for (size_t i = 0; i < count; ++i) {
     const int b = static_cast<int>(i % kBuffers);
-    const size_t at = i * chunk;
+    const Pieces::Piece p = pieces[i];
     wait(set, b);
-    host_copier().copy(dst + at, set.buffers[b], std::min(chunk, size - at), kDownloadThreads);
-    if (i + kBuffers < chunks) issue(i + kBuffers);
+    host_copy_rows(from_buffer(dst, set.buffers[b], p), kDownloadThreads);
+    if (i + kBuffers < count) issue(i + kBuffers);
   }
 }
 
 }  // namespace
 
-bool staged_copy(void* dst, const void* src, size_t size, bool to_device, CUstream stream, bool async) {
-  if (size < kThreshold) return false;
+bool staged_copy(RowsAt dst, RowsAt src, size_t width, size_t height, size_t depth, bool to_device, CUstream stream,
+                 bool async) {
+  // A region too large to count in bytes is left to the driver, which refuses it or copies it.
+  if (height && depth && (width > SIZE_MAX / height || width * height > SIZE_MAX / depth)) return false;
+  if (width * height * depth < kThreshold) return false;
   const driver::Api& a = driver::api();
   if (!async) {
     stream = CU_STREAM_LEGACY;
@@ -473,16 +302,17 @@ bool staged_copy(void* dst, const void* src, size_t size, bool to_device, CUstre
   Lease lease;
   StagingSet* set = lease.get();
   if (!set || !prepare(*set)) return false;
+  const Pieces pieces(width, height, depth);
   if (to_device)
-    stage_to_device(*set, static_cast<char*>(dst), static_cast<const char*>(src), size, stream, async);
+    stage_to_device(*set, dst, src, pieces, stream, async);
   else
-    stage_to_host(*set, static_cast<char*>(dst), static_cast<const char*>(src), size, stream);
+    stage_to_host(*set, dst, src, pieces, stream);
   return true;
 }
 
-void host_copy(void* dst, const void* src, size_t size) { host_copier().copy(dst, src, size, kUploadThreads); }
-
-bool stop_host_copier() { return host_copier().stop(); }
+void host_copy(void* dst, const void* src, size_t size) {
+  host_copy_rows({static_cast<char*>(dst), static_cast<const char*>(src), size, 1, size, size}, kUploadThreads);
+}
 
 size_t staging_held() { return staging().held.load(std::memory_order_relaxed); }
 
