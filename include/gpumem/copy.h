@@ -9,9 +9,9 @@
  * when the work is done; the `_async` calls queue it on a stream and return.
  *
  * Paths taken (docs/copy.md gives the figures): 2D and 3D copies between device memory of one
- * device run a copy kernel of gpumem's; 1D copies between device memory and plain (pageable)
- * host memory are staged through gpumem's own page-locked buffers, pipelined; everything else
- * goes to the driver.
+ * device run a copy kernel of gpumem's; 1D, 2D and 3D copies of 1 MiB or more between device
+ * memory and plain (pageable) host memory are staged through gpumem's own page-locked buffers,
+ * pipelined; everything else goes to the driver.
  */
 #ifndef GPUMEM_COPY_H
 #define GPUMEM_COPY_H
