@@ -15,14 +15,12 @@ void require_no_wrap(const void* p, size_t size, const char* role) {
 }
 
 // The check gpumem_memset(), gpumem_copy() and their _async forms on the legacy stream make, with
-// the context of the work current; ctx is another context the work touches, or NULL.
-void refuse_during_capture(const char* fn, bool async, CUstream stream, const char* sync_work, const char* async_fn,
+// the context of the work current; ctx is another context the work touches, or NULL. `instead`,
+// what a synchronous call could do, is a literal: nothing is formatted unless a capture refuses.
+void refuse_during_capture(const char* fn, bool async, CUstream stream, const char* sync_work, const char* instead,
                            CUcontext ctx) {
   if (!async) {
-    driver::refuse_during_capture(
-        fn, sync_work,
-        format("queue it on the capturing stream with %s, or call %s after the capture ends", async_fn, fn).c_str(),
-        {driver::current_context(), ctx});
+    driver::refuse_during_capture(fn, sync_work, instead, {driver::current_context(), ctx});
   } else if (driver::is_legacy_stream(stream)) {
     driver::refuse_during_capture(fn, "work queued on the legacy stream",
                                   "queue it on the capturing stream, or on a stream of your own",
@@ -57,7 +55,9 @@ void memset(void* dst, uint32_t value, unsigned element_size, size_t count, CUst
   const driver::Api& a = driver::api();
   driver::ContextScope scope(async ? context_for(stream, info) : context_of(info));
   refuse_during_capture(async ? "gpumem_memset_async" : "gpumem_memset", async, stream, "a synchronous memset",
-                        "gpumem_memset_async", nullptr);
+                        "queue it on the capturing stream with gpumem_memset_async, or call gpumem_memset after the "
+                        "capture ends",
+                        nullptr);
   CUresult r;
   const CUdeviceptr d = address(dst);
   switch (element_size) {
@@ -99,9 +99,11 @@ void copy(void* dst, const void* src, size_t size, CUstream stream, bool async) 
   driver::ContextScope scope(async ? context_for(stream, device_side) : context_of(device_side));
   // A copy between the memory of two devices runs on both.
   const PointerInfo& other_side = &device_side == &to ? from : to;
-  refuse_during_capture(async ? "gpumem_copy_async" : "gpumem_copy", async, stream, "a synchronous copy",
-                        "gpumem_copy_async",
-                        other_side.memory_type == GPUMEM_MEMORY_DEVICE ? context_of(other_side) : nullptr);
+  refuse_during_capture(
+      async ? "gpumem_copy_async" : "gpumem_copy", async, stream, "a synchronous copy",
+      "queue it on the capturing stream with gpumem_copy_async, or call gpumem_copy after the capture "
+      "ends",
+      other_side.memory_type == GPUMEM_MEMORY_DEVICE ? context_of(other_side) : nullptr);
   if (to.memory_type == GPUMEM_MEMORY_DEVICE && from.memory_type == GPUMEM_MEMORY_DEVICE && to.device != from.device)
     ensure_peer_access(to.device, from.device);
   // Plain host memory on one side and device memory on the other: gpumem's staging is faster than

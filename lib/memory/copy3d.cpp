@@ -258,14 +258,17 @@ void copy3d(CopyRegion r, CUstream stream, bool async) {
   if (!async || driver::is_legacy_stream(stream)) {
     // Before gpumem's kernel too, which a synchronous copy launches on the legacy stream. The
     // contexts of both sides: a copy between the memory of two devices runs on both.
-    const std::string fn = format("gpumem_copy%dd%s", r.rank, async ? "_async" : "");
-    const std::string instead = async ? std::string("queue it on the capturing stream, or on a stream of your own")
-                                      : format(
-                                            "queue it on the capturing stream with gpumem_copy%dd_async, or call "
-                                            "%s after the capture ends",
-                                            r.rank, fn.c_str());
-    driver::refuse_during_capture(fn.c_str(), async ? "work queued on the legacy stream" : "a synchronous copy",
-                                  instead.c_str(), {here, d.on_device() ? dc : nullptr, s.on_device() ? sc : nullptr});
+    // Literals, so that nothing is formatted unless a capture refuses.
+    static const char* const kFn[2][2] = {{"gpumem_copy2d", "gpumem_copy2d_async"},
+                                          {"gpumem_copy3d", "gpumem_copy3d_async"}};
+    static const char* const kInstead[2] = {
+        "queue it on the capturing stream with gpumem_copy2d_async, or call gpumem_copy2d after the capture ends",
+        "queue it on the capturing stream with gpumem_copy3d_async, or call gpumem_copy3d after the capture ends"};
+    const char* fn = kFn[r.rank == 3][async];
+    const char* instead =
+        async ? "queue it on the capturing stream, or on a stream of your own" : kInstead[r.rank == 3];
+    driver::refuse_during_capture(fn, async ? "work queued on the legacy stream" : "a synchronous copy", instead,
+                                  {here, d.on_device() ? dc : nullptr, s.on_device() ? sc : nullptr});
   }
 
   if (try_kernel(d, s, r, stream, async)) return;
