@@ -15,79 +15,18 @@
 
 #include "grow.h"
 #include "pickle.h"
-
-/* Ids under 64-bit keys: a text's hash, or a value's address. Open addressing, grown at half full. */
-struct table {
-  uint64_t* keys;
-  uint32_t* ids; /* id + 1; 0: empty */
-  size_t mask, used;
-};
-
-typedef int (*same_fn)(const void* context, uint32_t id);
-
-static size_t slot_of(uint64_t key, size_t mask) { return (size_t)((key ^ key >> 29) * 0x9e3779b97f4a7c15ULL) & mask; }
-
-/* The id under key that same() takes for the one wanted; -1 if there is none. */
-static int64_t table_find(const struct table* t, uint64_t key, same_fn same, const void* context) {
-  if (!t->keys) return -1;
-  for (size_t i = slot_of(key, t->mask); t->ids[i]; i = (i + 1) & t->mask)
-    if (t->keys[i] == key && (!same || same(context, t->ids[i] - 1))) return t->ids[i] - 1;
-  return -1;
-}
-
-static int table_add(struct table* t, uint64_t key, uint32_t id) {
-  if (!t->keys || 2 * (t->used + 1) > t->mask + 1) {
-    const size_t capacity = t->keys ? 2 * (t->mask + 1) : 256;
-    struct table bigger = {calloc(capacity, sizeof *bigger.keys), calloc(capacity, sizeof *bigger.ids), capacity - 1,
-                           t->used};
-    if (!bigger.keys || !bigger.ids) {
-      free(bigger.keys);
-      free(bigger.ids);
-      return -1;
-    }
-    for (size_t i = 0; t->keys && i <= t->mask; i++) {
-      if (!t->ids[i]) continue;
-      size_t j = slot_of(t->keys[i], bigger.mask);
-      while (bigger.ids[j]) j = (j + 1) & bigger.mask;
-      bigger.keys[j] = t->keys[i];
-      bigger.ids[j] = t->ids[i];
-    }
-    free(t->keys);
-    free(t->ids);
-    *t = bigger;
-  }
-  size_t i = slot_of(key, t->mask);
-  while (t->ids[i]) i = (i + 1) & t->mask;
-  t->keys[i] = key;
-  t->ids[i] = id + 1;
-  t->used++;
-  return 0;
-}
-
-static void table_free(struct table* t) {
-  free(t->keys);
-  free(t->ids);
-  memset(t, 0, sizeof *t);
-}
-
-static uint64_t hash_bytes(const void* data, size_t n) {
-  const unsigned char* b = data;
-  uint64_t h = 1469598103934665603ULL;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ULL;
-  return h;
-}
+#include "stack_table.h"
 
 /* A reading in progress: the snapshot being filled, and the tables that share its frames and
- * stacks (by the pickle's own sharing first, then by content). */
+ * stacks (by the pickle's own sharing first, then by content: the stack table). */
 struct reader {
   struct torch_snapshot* s;
   const char* path;
   char* error;
   size_t error_size;
-  size_t records_capacity, frames_capacity, stack_frames_capacity, stacks_capacity;
-  struct table frame_by_value, frame_by_text, stack_by_value, stack_by_content;
-  uint32_t* pending; /* the frames of the stack being read */
-  size_t pending_count, pending_capacity;
+  size_t records_capacity;
+  struct stack_table stacks;
+  struct id_table frame_by_value, stack_by_value;
 };
 
 static int no_memory(struct reader* r) {
@@ -113,40 +52,10 @@ static void put_text(char* out, size_t size, size_t* at, const struct pickle_val
     put_bytes(out, size, at, "?", 1);
 }
 
-struct frame_text {
-  const struct torch_snapshot* s;
-  const char* text;
-  size_t length;
-};
-
-static int same_text(const void* context, uint32_t id) {
-  const struct frame_text* t = context;
-  return t->s->frame_lengths[id] == t->length && !memcmp(t->s->frames[id], t->text, t->length);
-}
-
-/* A copy of the frame's text, with a NUL after it for those who read it as a C string. */
-static int add_frame(struct reader* r, const char* text, size_t length) {
-  struct torch_snapshot* s = r->s;
-  size_t capacity = r->frames_capacity;
-  if (grow_array((void**)&s->frames, &capacity, s->frame_count, sizeof *s->frames, kFirst) != 0) return -1;
-  capacity = r->frames_capacity;
-  if (grow_array((void**)&s->frame_lengths, &capacity, s->frame_count, sizeof *s->frame_lengths, kFirst) != 0)
-    return -1;
-  r->frames_capacity = capacity;
-  char* copy = malloc(length + 1);
-  if (!copy) return -1;
-  memcpy(copy, text, length);
-  copy[length] = '\0';
-  s->frames[s->frame_count] = copy;
-  s->frame_lengths[s->frame_count] = length;
-  s->frame_count++;
-  return 0;
-}
-
-/* The id of a frame dict, shared by value and by text. */
+/* The id of a frame dict, shared by value and by text; -1 when out of memory. */
 static int64_t frame_id(struct reader* r, const struct pickle_value* frame) {
   const uint64_t by_value = (uint64_t)(uintptr_t)frame;
-  int64_t id = table_find(&r->frame_by_value, by_value, NULL, NULL);
+  int64_t id = id_table_find(&r->frame_by_value, by_value, NULL, NULL);
   if (id >= 0) return id;
   char text[kFrameText], line_text[32] = ")";
   size_t at = 0;
@@ -156,60 +65,22 @@ static int64_t frame_id(struct reader* r, const struct pickle_value* frame) {
   put_text(text, sizeof text, &at, pickle_get(frame, "filename"));
   if (pickle_int(pickle_get(frame, "line"), &line)) snprintf(line_text, sizeof line_text, ":%lld)", (long long)line);
   put_bytes(text, sizeof text, &at, line_text, strlen(line_text));
-  const uint64_t hash = hash_bytes(text, at);
-  const struct frame_text wanted = {r->s, text, at};
-  id = table_find(&r->frame_by_text, hash, same_text, &wanted);
-  if (id < 0) {
-    if (add_frame(r, text, at) != 0) return -1;
-    id = (int64_t)r->s->frame_count - 1;
-    if (table_add(&r->frame_by_text, hash, (uint32_t)id) != 0) return -1;
-  }
-  return table_add(&r->frame_by_value, by_value, (uint32_t)id) != 0 ? -1 : id;
-}
-
-static int same_stack(const void* context, uint32_t id) {
-  const struct reader* r = context;
-  const struct torch_snapshot* s = r->s;
-  const size_t n = s->stack_start[id + 1] - s->stack_start[id];
-  return n == r->pending_count && !memcmp(s->stack_frames + s->stack_start[id], r->pending, n * sizeof *r->pending);
-}
-
-/* A new stack of the pending frames: its id, or -1. */
-static int64_t add_stack(struct reader* r, uint64_t hash) {
-  struct torch_snapshot* s = r->s;
-  const size_t start = s->stack_count ? s->stack_start[s->stack_count] : 0;
-  for (size_t i = 0; i < r->pending_count; i++) {
-    if (grow_array((void**)&s->stack_frames, &r->stack_frames_capacity, start + i, sizeof *s->stack_frames, kFirst) !=
-        0)
-      return -1;
-    s->stack_frames[start + i] = r->pending[i];
-  }
-  if (grow_array((void**)&s->stack_start, &r->stacks_capacity, s->stack_count + 1, sizeof *s->stack_start, kFirst) != 0)
-    return -1;
-  s->stack_start[s->stack_count] = start;
-  s->stack_start[s->stack_count + 1] = start + r->pending_count;
-  const int64_t id = (int64_t)s->stack_count++;
-  return table_add(&r->stack_by_content, hash, (uint32_t)id) != 0 ? -1 : id;
+  if ((id = stack_table_frame(&r->stacks, text, at)) < 0) return -1;
+  return id_table_add(&r->frame_by_value, by_value, (uint32_t)id) != 0 ? -1 : id;
 }
 
 /* The id of an entry's frames, or -1 when it has none; -2 when out of memory. */
 static int64_t stack_id(struct reader* r, const struct pickle_value* frames) {
   if (!frames || frames->kind != PICKLE_LIST || !frames->u.seq.count) return -1;
   const uint64_t by_value = (uint64_t)(uintptr_t)frames;
-  int64_t id = table_find(&r->stack_by_value, by_value, NULL, NULL);
+  int64_t id = id_table_find(&r->stack_by_value, by_value, NULL, NULL);
   if (id >= 0) return id;
-  r->pending_count = 0;
   for (size_t i = 0; i < frames->u.seq.count; i++) {
     const int64_t f = frame_id(r, frames->u.seq.items[i]);
-    if (f < 0 ||
-        grow_array((void**)&r->pending, &r->pending_capacity, r->pending_count, sizeof *r->pending, kFirst) != 0)
-      return -2;
-    r->pending[r->pending_count++] = (uint32_t)f;
+    if (f < 0 || stack_table_push(&r->stacks, (uint32_t)f) != 0) return -2;
   }
-  const uint64_t hash = hash_bytes(r->pending, r->pending_count * sizeof *r->pending);
-  id = table_find(&r->stack_by_content, hash, same_stack, r);
-  if (id < 0 && (id = add_stack(r, hash)) < 0) return -2;
-  return table_add(&r->stack_by_value, by_value, (uint32_t)id) != 0 ? -2 : id;
+  if ((id = stack_table_end(&r->stacks)) < 0) return -2;
+  return id_table_add(&r->stack_by_value, by_value, (uint32_t)id) != 0 ? -2 : id;
 }
 
 static int event_of(const struct pickle_value* action) {
@@ -368,12 +239,11 @@ int torch_snapshot_read(const char* path, int32_t device, struct torch_snapshot*
   r.path = path;
   r.error = error;
   r.error_size = error_size;
+  stack_table_init(&r.stacks, s);
   const int got = read_history(&r, doc.root, device);
-  table_free(&r.frame_by_value);
-  table_free(&r.frame_by_text);
-  table_free(&r.stack_by_value);
-  table_free(&r.stack_by_content);
-  free(r.pending);
+  id_table_free(&r.frame_by_value);
+  id_table_free(&r.stack_by_value);
+  stack_table_free(&r.stacks);
   pickle_free(&doc);
   if (got != 0) torch_snapshot_free(s);
   return got;

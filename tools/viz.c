@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "rmm_csv.h"
+#include "trace_stacks.h"
 #include "viz.h"
 
 /* Past some 20,000 bands a browser takes seconds to lay the page out and to draw it. */
@@ -22,7 +23,8 @@ static const char kUsage[] =
     "Writes one self-contained page (it loads nothing) picturing the trace replayed through each\n"
     "configuration over a simulated device, as gpumem replay does. TRACE is a gpumem trace, an RMM\n"
     "CSV log, or a PyTorch snapshot (the pickle of torch.cuda.memory._dump_snapshot(), read without\n"
-    "PyTorch; its call stacks are shown). The page shows:\n"
+    "PyTorch); the call stacks of a snapshot, and of a trace recorded with frames, are shown. The\n"
+    "page shows:\n"
     "  - every allocation as a band of a stacked timeline, coloured by stream or a lane per stream;\n"
     "    the wheel zooms, a drag zooms to what it spans, shift+drag or the strip below pans, a\n"
     "    double click shows the whole trace; hovering or clicking a band tells its size, stream,\n"
@@ -230,14 +232,19 @@ static int write_file(const char* out, const struct viz_trace* t) {
   return 0;
 }
 
-/* Counts, replays and writes: the exit status. */
-static int picture(const struct arguments* a, struct viz_trace* t) {
+/* Counts, replays and writes: the exit status. A gpumem trace's call stacks are read into stacks
+ * once the count has found it a trace that may be read again (a regular file, whole). */
+static int picture(const struct arguments* a, struct viz_trace* t, struct torch_snapshot* stacks) {
   char error[1024] = "";
   t->records = replay_count_records(t->replayed, error, sizeof error);
+  const int found = !error[0] && !strcmp(t->format, "gpumem trace")
+                        ? trace_stacks_read(t->path, t->records, stacks, error, sizeof error)
+                        : 0;
   if (error[0]) {
     fprintf(stderr, "gpumem viz: %s\n", error);
     return 1;
   }
+  if (found > 0) t->snapshot = stacks;
   t->has_recorded = summary_recorded(t->replayed, &t->recorded);
   for (int i = 0; i < a->nconfigs; i++) t->configs[i].r.name = a->configs[i];
   t->config_count = a->nconfigs;
@@ -281,7 +288,7 @@ int viz_main(int argc, char** argv) {
   } else {
     t->format = format_of(a.path);
   }
-  if (!status) status = picture(&a, t);
+  if (!status) status = picture(&a, t, &snapshot);
   if (file) {
     fclose(file);
     unlink(replayed);

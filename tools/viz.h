@@ -20,7 +20,7 @@ struct viz_block {
   uint64_t size;                      /* bytes asked for */
   uint32_t stream;                    /* an index into viz_trace.streams */
   uint32_t thread;
-  int32_t stack; /* a snapshot's call stack, or -1 */
+  int32_t stack; /* its call stack (a snapshot's, or a trace's recorded with frames), or -1 */
 };
 
 /* From this record on, live and reserved bytes (value[0], value[1]); or one value of a band. */

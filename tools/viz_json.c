@@ -470,7 +470,7 @@ static void write_trace(FILE* f, const struct viz_trace* t) {
   json_text(f, t->format);
   fprintf(f, ",\"records\":%llu,\"end_ns\":%llu,\"device_memory\":%llu", (unsigned long long)t->records,
           (unsigned long long)(t->records ? t->times[t->records - 1] : 0), (unsigned long long)t->capacity);
-  if (t->snapshot) fprintf(f, ",\"device\":%d", (int)t->snapshot->device);
+  if (t->snapshot && t->snapshot->device >= 0) fprintf(f, ",\"device\":%d", (int)t->snapshot->device);
   fputs(",\"streams\":[", f);
   for (size_t i = 0; i < t->stream_count; i++) {
     fputs(i ? "," : "", f);

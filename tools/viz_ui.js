@@ -132,6 +132,13 @@ function segmentText(cfg, b) {
 
 function detailRow(name, value) { return el('tr', null, el('th', name), el('td', value)); }
 
+// Why a block has no stack: none where others have one; else what the format holds.
+function noStackWhy() {
+  if (D.format === 'PyTorch snapshot' || D.stacks.length) return '';
+  if (D.format === 'gpumem trace') return ' (a gpumem trace carries none unless recorded with frames: docs/traces.md)';
+  return ' (' + article(D.format) + ' carries none; a PyTorch snapshot does)';
+}
+
 function renderDetails() {
   const box = $('details'), cfg = D.configs[S.ci];
   if (S.selected === null) {
@@ -149,7 +156,7 @@ function renderDetails() {
   rows.append(detailRow('at the peak', live && made ? 'live when reserved bytes peaked' : 'not live when reserved bytes peaked'));
   const stack = b.stack >= 0
     ? el('ol', null, ...D.stacks[b.stack].map(f => el('li', D.frames[f])))
-    : el('p', 'no call stack recorded' + (D.format === 'PyTorch snapshot' ? '' : ' (' + article(D.format) + ' carries none; a PyTorch snapshot does)'));
+    : el('p', 'no call stack recorded' + noStackWhy());
   box.replaceChildren(el('h3', human(b.size) + ' on stream ' + streamName(b.stream)), rows,
     el('h3', b.stack >= 0 ? 'call stack (the innermost call first)' : 'call stack'), stack);
 }
