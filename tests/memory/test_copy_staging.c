@@ -13,16 +13,11 @@
 
 #include "test_bytes.h"
 #include "test_cuda.h"
+#include "test_staging.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Helpers
  * ------------------------------------------------------------------------------------------- */
-
-static size_t staging_held(void) {
-  size_t held = (size_t)-1;
-  assert_ok(gpumem_copy_staging_get_held(&held));
-  return held;
-}
 
 static void expect_held_within_limit(const char* when) {
   const size_t held = staging_held();
@@ -30,50 +25,6 @@ static void expect_held_within_limit(const char* when) {
     print_error("%s: %zu bytes of staging memory held, expected more than 0 and at most %zu\n", when, held,
                 GPUMEM_COPY_STAGING_LIMIT);
     fail();
-  }
-}
-
-/* Pinned memory through which device memory is written and read: a copy with pinned memory goes to
- * the driver, never through gpumem's staging. */
-#define BOUNCE_BYTES ((size_t)16 << 20)
-static unsigned char* bounce;
-
-static unsigned char* bounce_buffer(void) {
-  if (!bounce) {
-    void* p = NULL;
-    assert_ok(gpumem_host_alloc(BOUNCE_BYTES, 0, &p));
-    bounce = p;
-  }
-  return bounce;
-}
-
-static void device_write(unsigned char* dev, const unsigned char* bytes, size_t n) {
-  unsigned char* b = bounce_buffer();
-  for (size_t done = 0; done < n; done += BOUNCE_BYTES) {
-    const size_t chunk = n - done < BOUNCE_BYTES ? n - done : BOUNCE_BYTES;
-    memcpy(b, bytes + done, chunk);
-    expect_ok(gpumem_copy(dev + done, b, chunk), "writing device memory through pinned memory");
-  }
-}
-
-static void device_read(unsigned char* bytes, const unsigned char* dev, size_t n) {
-  unsigned char* b = bounce_buffer();
-  for (size_t done = 0; done < n; done += BOUNCE_BYTES) {
-    const size_t chunk = n - done < BOUNCE_BYTES ? n - done : BOUNCE_BYTES;
-    expect_ok(gpumem_copy(b, dev + done, chunk), "reading device memory through pinned memory");
-    memcpy(bytes + done, b, chunk);
-  }
-}
-
-static unsigned char* device_alloc(size_t n) { return memory_alloc(KIND_DEVICE, 0, n); }
-
-/* stream NULL: the synchronous call; otherwise the _async call, then a wait for the stream. */
-static void copy_1d(void* dst, const void* src, size_t n, gpumem_stream_t stream, const char* what) {
-  if (stream) {
-    expect_ok(gpumem_copy_async(dst, src, n, stream), what);
-    test_stream_sync(stream);
-  } else {
-    expect_ok(gpumem_copy(dst, src, n), what);
   }
 }
 
@@ -179,13 +130,6 @@ static void delay_queue(const delay_t* d, gpumem_stream_t stream) {
 static void delay_destroy(delay_t* d) {
   assert_ok(gpumem_device_free(d->a));
   assert_ok(gpumem_device_free(d->b));
-}
-
-static int group_teardown(void** state) {
-  (void)state;
-  const gpumem_status_t status = bounce ? gpumem_host_free(bounce) : GPUMEM_SUCCESS;
-  bounce = NULL;
-  return status == GPUMEM_SUCCESS ? 0 : -1;
 }
 
 /* ---------------------------------------------------------------------------------------------
