@@ -129,15 +129,6 @@ void wait_devices_0_and_1() {
 // ---------------------------------------------------------------------------------------------
 // 2D and 3D copies between device buffers
 
-// One side of a copy and the buffer it lies in: the region starts x bytes into row y of slice z;
-// the buffer is `slices` slices of `rows` rows of `pitch` bytes, allocated to the byte.
-struct Side {
-  size_t x, y, z, pitch, rows, slices;
-
-  size_t buffer_bytes() const { return pitch * rows * slices; }
-  size_t offset(size_t row, size_t slice) const { return ((z + slice) * rows + y + row) * pitch + x; }
-};
-
 struct Box {
   const char* test;
   Side src, dst;
@@ -487,7 +478,11 @@ int run() {
   for (const auto& [direction, list] : {std::pair{"H2D", &staging_h2d}, std::pair{"D2H", &staging_d2h}}) {
     std::string line = std::string("# gpumem staging bytes held after each ") + direction +
                        " row (released before it; 0: the driver copied):";
-    for (const std::string& entry : *list) line += " " + entry.substr(4) + (&entry == &list->back() ? "" : ",");
+    for (const std::string& entry : *list) {  // appended piece by piece: GCC 12 warns falsely on " " + string
+      line += ' ';
+      line.append(entry, 4);
+      if (&entry != &list->back()) line += ',';
+    }
     std::printf("%s\n", line.c_str());
   }
   for (const std::string& line : notes) std::printf("# %s\n", line.c_str());

@@ -17,14 +17,6 @@ using namespace copy_rows;
 
 constexpr size_t KiB = 1024, MiB = KiB * KiB;
 
-// The host side and the device side of a region: x bytes into row y of slice z of a buffer of
-// `slices` slices of `rows` rows of `pitch` bytes.
-struct Side {
-  size_t x, y, z, pitch, rows, slices;
-  size_t bytes() const { return pitch * rows * slices; }
-  size_t offset(size_t row, size_t slice) const { return ((z + slice) * rows + y + row) * pitch + x; }
-};
-
 struct Box {
   const char* test;
   Side host, device;
@@ -96,9 +88,9 @@ void bench(const Box& b, bool to_device, bool on_stream) {
   try {
     cudaStream_t stream = nullptr;
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-    HostBuffer host(b.host.bytes()), image(to_device ? b.host.bytes() : b.device.bytes());
-    HostBuffer expected(to_device ? b.device.bytes() : b.host.bytes());
-    DeviceBuffer device(0, b.device.bytes());
+    HostBuffer host(b.host.buffer_bytes()), image(to_device ? b.host.buffer_bytes() : b.device.buffer_bytes());
+    HostBuffer expected(to_device ? b.device.buffer_bytes() : b.host.buffer_bytes());
+    DeviceBuffer device(0, b.device.buffer_bytes());
     PinnedBuffer pinned(bytes);
     fill_pattern(image.p, image.size, 7);
     if (to_device)

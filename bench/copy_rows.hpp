@@ -198,6 +198,15 @@ inline Cell measure(const Row& row, const std::function<void()>& copy) {
   return c;
 }
 
+// One side of a copy and the buffer it lies in: the region starts x bytes into row y of slice z;
+// the buffer is `slices` slices of `rows` rows of `pitch` bytes, allocated to the byte.
+struct Side {
+  size_t x, y, z, pitch, rows, slices;
+
+  size_t buffer_bytes() const { return pitch * rows * slices; }
+  size_t offset(size_t row, size_t slice) const { return ((z + slice) * rows + y + row) * pitch + x; }
+};
+
 // A cell of the table: its GB/s, or what went wrong.
 inline std::string cell_text(const Cell& c) {
   if (c.kind == Cell::kWrong) return "WRONG";
