@@ -4,6 +4,7 @@
 #include "capi/structs.hpp"
 #include "core/handle.hpp"
 #include "defaults/defaults.hpp"
+#include "memory/host_copy.hpp"
 #include "memory/memory.hpp"
 #include "pin/service.hpp"
 #include "pool/pool.hpp"

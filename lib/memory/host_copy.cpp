@@ -1,6 +1,6 @@
 // Host memory copied by several threads: the host side of staged copies (staging.cpp), where one
-// core's memcpy is the bottleneck. A pool of worker threads takes parts of a copy; the calling
-// thread copies a part too, then waits for the rest.
+// core's memcpy is the bottleneck. A pool of worker threads takes parts of a copy as they come
+// free; the calling thread takes parts too, then waits for the rest.
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <shared_mutex>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -21,6 +20,7 @@
 #endif
 
 #include "core/spin_lock.hpp"
+#include "memory/host_copy.hpp"
 #include "memory/memory.hpp"
 
 namespace gpumem::memory {
@@ -77,69 +77,85 @@ unsigned copy_threads(unsigned cores) {
   return static_cast<unsigned>(n);
 }
 
+}  // namespace
+
 class HostCopier {
  public:
   HostCopier() {
-    queue_.reserve(kMaxPieces);  // so that queueing a copy's pieces cannot fail half way
-    start();
+    queue_.reserve(kMaxQueued);  // so that queueing a copy's helpers cannot fail half way
+    start_workers();
   }
 
-  // Copies rows of width bytes (one row: a plain copy) on this thread and at most threads - 1
-  // workers: rows are shared out whole, a single row in 64-byte-aligned parts.
-  void copy(const RowCopy& c, unsigned threads) {
-    const size_t rows = c.rows * c.slices, bytes = c.width * rows;
-    if (bytes / kPieceBytes <= 1) {  // too small to split: this thread alone, no worker needed
-      copy_piece({c, 0, rows, nullptr});
-      return;
-    }
-    // Shared with other copies, never with stop(): the workers stay while a copy needs them.
-    std::shared_lock<std::shared_mutex> running(running_);
+  // Queues helpers for a copy large enough to share; the workers take its parts as they come free.
+  void start(HostCopy& job, unsigned threads) {
+    if (job.c_.width * job.c_.rows * job.c_.slices / kPieceBytes <= 1 || job.parts_ <= 1) return;
     if (!started_.load(std::memory_order_acquire)) {
-      running.unlock();
-      {
-        std::unique_lock<std::shared_mutex> starting(running_);
-        if (!started_.load(std::memory_order_relaxed)) start();
-      }
-      running.lock();
+      std::lock_guard<std::mutex> life(lifecycle_);
+      if (!started_.load(std::memory_order_relaxed)) start_workers();
     }
-    const size_t parts = std::min<size_t>({workers_ + 1, threads, bytes / kPieceBytes, rows > 1 ? rows : SIZE_MAX});
-    if (parts <= 1) {
-      copy_piece({c, 0, rows, nullptr});
-      return;
-    }
-    Job job;
-    job.left.store(parts - 1, std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      for (size_t i = 1; i < parts; ++i) queue_.push_back(part_of(c, i, parts, &job));
+      // Workers being joined (stop() found no copy running): this copy runs on its thread alone.
+      if (stopping_ || !started_.load(std::memory_order_relaxed)) return;
+      const size_t helpers = std::min<size_t>({workers_, threads - 1, job.parts_ - 1});
+      if (!helpers) return;
+      queue_.insert(queue_.end(), helpers, &job);
       queued_.store(queue_.size(), std::memory_order_release);
+      job.helpers_ = helpers;
+      ++running_;
     }
     if (sleeping_.load(std::memory_order_acquire)) wake_.notify_all();
-    copy_piece(part_of(c, 0, parts, &job));
-    // The pieces end at about the same time as this thread's, so spin before sleeping: a wake-up
-    // costs as much as copying a few hundred kilobytes.
-    for (int spin = 0; spin < kSpins && job.left.load(std::memory_order_acquire) != 0; ++spin) spin_pause();
-    // Taking the job's mutex also waits for a worker still inside finish(), so the job may end.
-    std::unique_lock<std::mutex> lock(job.mutex);
-    job.done.wait(lock, [&] { return job.left.load(std::memory_order_acquire) == 0; });
+  }
+
+  static void drain(HostCopy& job) {
+    for (size_t i; (i = job.next_.fetch_add(1, std::memory_order_relaxed)) < job.parts_;) copy_part(job, i);
+  }
+
+  // After the copying thread has drained a job it queued helpers for: withdraws those no worker
+  // took, then waits for the workers inside to leave. Every part is taken by then, so they end
+  // soon: spin before sleeping, as a wake-up costs as much as copying a few hundred kilobytes.
+  void finish(HostCopy& job) {
+    if (!job.helpers_) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.erase(std::remove(queue_.begin(), queue_.end(), &job), queue_.end());
+      queued_.store(queue_.size(), std::memory_order_release);
+    }
+    job.helpers_ = 0;
+    for (int spin = 0; spin < kSpins && job.helping_.load(std::memory_order_acquire) != 0; ++spin) spin_pause();
+    {
+      // Taking the job's mutex also waits for a worker still inside leave(), so the job may end.
+      std::unique_lock<std::mutex> lock(job.mutex_);
+      job.left_.wait(lock, [&] { return job.helping_.load(std::memory_order_acquire) == 0; });
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    --running_;
   }
 
   // Joins the workers; a later copy starts them again. False, doing nothing, while a copy runs.
   bool stop() {
-    std::unique_lock<std::shared_mutex> running(running_, std::try_to_lock);
-    if (!running.owns_lock()) return false;
+    std::lock_guard<std::mutex> life(lifecycle_);
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      if (running_) return false;
       stopping_ = true;
     }
     wake_.notify_all();
     for (std::thread& t : threads_) t.join();
     threads_.clear();
+    std::lock_guard<std::mutex> lock(mutex_);
     workers_ = 0;
     stopping_ = false;
     started_.store(false, std::memory_order_release);
     return true;
   }
+
+  // A part of a copy that one thread takes at a time: whole rows up to this many bytes, else this
+  // many bytes of one row. Parts taken as threads come free, rather than a fixed share each, keep
+  // a thread slowed by the copy engine's traffic or the scheduler from holding up the rest
+  // (measured on the H200 machine, 1 GiB staged through 4 MiB buffers: 38.5 to 40.9 GB/s to the
+  // device, 30.2 to 45.6 GB/s from it).
+  static constexpr size_t kPartBytes = size_t{32} << 10;
 
  private:
   // One worker per core this process may run on (its affinity, as a container's cpuset sets it)
@@ -147,88 +163,69 @@ class HostCopier {
   // thread moves about 7 GB/s on the H200 machine, and the rate grows with threads up to its 16
   // cores (49 GB/s alone, 42 GB/s beside a DMA transfer): bench/README.md. Called without any
   // copy running.
-  void start() {
+  void start_workers() {
     cpu_set_t cpus;
     const int cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
     const unsigned wanted =
         std::min<unsigned>(kMaxWorkers, copy_threads(static_cast<unsigned>(std::max(cores, 1))) - 1);
     threads_.reserve(wanted);
     try {
-      for (; workers_ < wanted; ++workers_) {
+      while (threads_.size() < wanted) {
         threads_.emplace_back([this] { work(); });
         pthread_setname_np(threads_.back().native_handle(), "gpumem-copy");  // for ps, gdb and tests
       }
     } catch (const std::system_error&) {
       // Out of threads: copy with those that started, down to the calling thread alone.
     }
+    std::lock_guard<std::mutex> lock(mutex_);
+    workers_ = threads_.size();
     started_.store(true, std::memory_order_release);
   }
 
   static constexpr int kSpins = 2000;  // some tens of microseconds of pauses
   static constexpr unsigned kMaxWorkers = 15;
-  // Pieces queued at once: each staged copy (at most kHostCopiesAtOnce) queues one per worker.
-  static constexpr size_t kMaxPieces = kHostCopiesAtOnce * kMaxWorkers;
+  // Helpers queued at once: two copies in flight for each staged copy, one helper per worker each.
+  static constexpr size_t kMaxQueued = 2 * kHostCopiesAtOnce * kMaxWorkers;
 
-  // One copy's pieces on worker threads; lives on the copying thread's stack until all are done.
-  struct Job {
-    std::atomic<size_t> left{0};
-    std::mutex mutex;
-    std::condition_variable done;
-  };
-  // Rows first to end - 1 of a copy, counting through its slices.
-  struct Piece {
-    RowCopy c;
-    size_t first, end;
-    Job* job;
-  };
-
-  static void copy_piece(const Piece& p) {
-    const RowCopy& c = p.c;
+  // Copies part i of a job: rows_per rows counting through the slices, or one cut of one row.
+  static void copy_part(const HostCopy& job, size_t i) {
+    const RowCopy& c = job.c_;
     // Rows written back to back fill whole lines however short they are, and stream from 512 bytes
     // (3D copies of 1,536-byte rows: 19 to 36 GB/s into the staging buffers); short rows apart
     // leave part lines that streamed stores write slowly (rows of 1,001 bytes: 17 to 7 GB/s).
     const bool packed = c.dst_pitch == c.width && (c.slices == 1 || c.dst_slice == c.width * c.rows);
     const size_t streamed_from = packed ? 512 : 4096;
-    for (size_t f = p.first; f < p.end; ++f) {
+    const size_t first = i / job.cuts_ * job.rows_per_, end = std::min(first + job.rows_per_, c.rows * c.slices);
+    const size_t x = i % job.cuts_ * kPartBytes, width = job.cuts_ == 1 ? c.width : std::min(kPartBytes, c.width - x);
+    for (size_t f = first; f < end; ++f) {
       const size_t z = f / c.rows, y = f % c.rows;
-      stream_copy(c.dst + z * c.dst_slice + y * c.dst_pitch, c.src + z * c.src_slice + y * c.src_pitch, c.width,
+      stream_copy(c.dst + z * c.dst_slice + y * c.dst_pitch + x, c.src + z * c.src_slice + y * c.src_pitch + x, width,
                   streamed_from);
     }
   }
 
-  // Part i of parts of a copy: a share of its rows, or of its one row's bytes.
-  static Piece part_of(const RowCopy& c, size_t i, size_t parts, Job* job) {
-    const size_t rows = c.rows * c.slices;
-    if (rows > 1) return {c, rows * i / parts, rows * (i + 1) / parts, job};
-    RowCopy p = c;
-    const size_t part = (c.width / parts + 63) & ~size_t{63};
-    p.dst += i * part;
-    p.src += i * part;
-    p.width = i + 1 == parts ? c.width - i * part : part;
-    return {p, 0, 1, job};
+  static void leave(HostCopy& job) {
+    std::lock_guard<std::mutex> lock(job.mutex_);
+    if (job.helping_.fetch_sub(1, std::memory_order_acq_rel) == 1) job.left_.notify_all();
   }
 
-  static void finish(Job& job) {
-    std::lock_guard<std::mutex> lock(job.mutex);
-    if (job.left.fetch_sub(1, std::memory_order_acq_rel) == 1) job.done.notify_all();
-  }
-
-  // A piece to copy, else false; `stop` set when the workers are to end (no copy is running then).
-  bool take(Piece& p, bool& stop) {
+  // A job to help with, else null; `stop` set when the workers are to end (no copy runs then).
+  HostCopy* take(bool& stop) {
     std::lock_guard<std::mutex> lock(mutex_);
     stop = stopping_;
-    if (queue_.empty()) return false;
-    p = queue_.front();
+    if (queue_.empty()) return nullptr;
+    HostCopy* job = queue_.front();
     queue_.erase(queue_.begin());
     queued_.store(queue_.size(), std::memory_order_release);
-    return true;
+    job->helping_.fetch_add(1, std::memory_order_relaxed);
+    return job;
   }
 
   void work() {
     for (;;) {
-      Piece p;
+      HostCopy* job = nullptr;
       bool stop = false;
-      for (int spin = 0; !take(p, stop); ++spin) {
+      for (int spin = 0; !(job = take(stop)); ++spin) {
         if (stop) return;
         if (spin < kSpins) {
           while (spin < kSpins && queued_.load(std::memory_order_acquire) == 0) {
@@ -243,31 +240,51 @@ class HostCopier {
         sleeping_.fetch_sub(1, std::memory_order_acq_rel);
         spin = 0;
       }
-      copy_piece(p);
-      finish(*p.job);
+      drain(*job);
+      leave(*job);
     }
   }
 
-  unsigned workers_ = 0;
-  std::vector<std::thread> threads_;
+  std::mutex lifecycle_;  // starting and joining the workers
+  std::vector<std::thread> threads_;  // under lifecycle_
   std::atomic<bool> started_{false};
-  std::shared_mutex running_;  // copies hold it shared; stop() alone
-  bool stopping_ = false;      // under mutex_
-  std::mutex mutex_;
+  std::mutex mutex_;  // the queue, and what follows
+  size_t workers_ = 0;
+  size_t running_ = 0;  // copies with helpers queued or inside: stop() waits for none
+  bool stopping_ = false;
   std::condition_variable wake_;
-  std::vector<Piece> queue_;  // a handful at most: taken from the front
+  std::vector<HostCopy*> queue_;  // a handful at most: taken from the front
   std::atomic<size_t> queued_{0};
   std::atomic<unsigned> sleeping_{0};
 };
+
+namespace {
 
 HostCopier& host_copier() {
   static HostCopier* c = new HostCopier;  // leaked: copies may run during exit; gpumem_shutdown joins its threads
   return *c;
 }
 
+constexpr size_t kPart = HostCopier::kPartBytes;
+
 }  // namespace
 
-void host_copy_rows(const RowCopy& copy, unsigned threads) { host_copier().copy(copy, threads); }
+HostCopy::HostCopy(const RowCopy& copy, unsigned threads)
+    : c_(copy),
+      rows_per_(c_.width && c_.width < kPart ? kPart / c_.width : 1),
+      cuts_(c_.width > kPart ? (c_.width + kPart - 1) / kPart : 1),
+      parts_(c_.width ? (c_.rows * c_.slices + rows_per_ - 1) / rows_per_ * cuts_ : 0) {
+  host_copier().start(*this, threads);
+}
+
+void HostCopy::wait() {
+  if (waited_) return;
+  waited_ = true;
+  HostCopier::drain(*this);
+  host_copier().finish(*this);
+}
+
+void host_copy_rows(const RowCopy& copy, unsigned threads) { HostCopy(copy, threads).wait(); }
 
 bool stop_host_copier() { return host_copier().stop(); }
 

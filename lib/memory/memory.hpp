@@ -116,22 +116,4 @@ size_t staging_held();
 // Refused as gpumem_copy_staging_release() during a capture, when it holds buffers to free.
 void staging_release();
 
-// Rows of host memory to copy: row y of slice z from src + z * src_slice + y * src_pitch to the
-// same place of dst.
-struct RowCopy {
-  char* dst;
-  const char* src;
-  size_t width, rows, dst_pitch, src_pitch;
-  size_t slices = 1, dst_slice = 0, src_slice = 0;
-};
-// Staged copies that may run their host side at once (staging's sets): the host copier's queue
-// holds their parts without allocating.
-constexpr size_t kHostCopiesAtOnce = 2;
-// Copies on this thread and up to threads - 1 of the host copier's workers (host_copy.cpp).
-void host_copy_rows(const RowCopy& copy, unsigned threads);
-// Joins the host copier's worker threads (a later copy starts them again); false while a copy runs.
-bool stop_host_copier();
-// Copies host memory as staging does: split over its worker threads when large. For tests.
-void host_copy(void* dst, const void* src, size_t size);
-
 }  // namespace gpumem::memory

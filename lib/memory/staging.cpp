@@ -7,9 +7,11 @@
 #include <atomic>
 #include <iterator>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "gpumem/copy.h"
+#include "memory/host_copy.hpp"
 #include "memory/memory.hpp"
 
 namespace gpumem::memory {
@@ -249,13 +251,22 @@ void queue_rows(const RowCopy& rows, CUstream stream, const char* what) {
   driver::check(a.cuMemcpy3DAsync(&m, stream), what);
 }
 
+// Each piece's host copy is handed to the workers (HostCopy) before this thread queues the previous
+// piece's DMA, so that they go on copying while it calls the driver and waits for the last parts.
 void stage_to_device(StagingSet& set, RowsAt dst, RowsAt src, const Pieces& pieces, CUstream stream, bool async) {
-  for (size_t i = 0; i < pieces.count(); ++i) {
+  const size_t count = pieces.count();
+  std::optional<HostCopy> copies[2];
+  auto fill = [&](size_t i) {
     const int b = static_cast<int>(i % kBuffers);
-    const Pieces::Piece p = pieces[i];
     wait(set, b);
-    host_copy_rows(to_buffer(set.buffers[b], src, p), kUploadThreads);
-    queue_rows(from_buffer(dst, set.buffers[b], p), stream, "staged copy to the device");
+    copies[i % 2].emplace(to_buffer(set.buffers[b], src, pieces[i]), kUploadThreads);
+  };
+  if (count) fill(0);
+  for (size_t i = 0; i < count; ++i) {
+    if (i + 1 < count) fill(i + 1);
+    copies[i % 2]->wait();
+    const int b = static_cast<int>(i % kBuffers);
+    queue_rows(from_buffer(dst, set.buffers[b], pieces[i]), stream, "staged copy to the device");
     record(set, b, stream);
   }
   // The caller's memory has been read; a stream-ordered copy may end here. The buffers are
@@ -268,17 +279,21 @@ void stage_to_host(StagingSet& set, RowsAt dst, RowsAt src, const Pieces& pieces
   const size_t count = pieces.count();
   auto issue = [&](size_t i) {
     const int b = static_cast<int>(i % kBuffers);
-    const Pieces::Piece p = pieces[i];
     wait(set, b);
-    queue_rows(to_buffer(set.buffers[b], src, p), stream, "staged copy from the device");
+    queue_rows(to_buffer(set.buffers[b], src, pieces[i]), stream, "staged copy from the device");
     record(set, b, stream);
   };
-  for (size_t i = 0; i < std::min<size_t>(kBuffers, count); ++i) issue(i);
-  for (size_t i = 0; i < count; ++i) {
+  std::optional<HostCopy> copies[2];
+  auto drain = [&](size_t i) {
     const int b = static_cast<int>(i % kBuffers);
-    const Pieces::Piece p = pieces[i];
     wait(set, b);
-    host_copy_rows(from_buffer(dst, set.buffers[b], p), kDownloadThreads);
+    copies[i % 2].emplace(from_buffer(dst, set.buffers[b], pieces[i]), kDownloadThreads);
+  };
+  for (size_t i = 0; i < std::min<size_t>(kBuffers, count); ++i) issue(i);
+  if (count) drain(0);
+  for (size_t i = 0; i < count; ++i) {
+    if (i + 1 < count) drain(i + 1);
+    copies[i % 2]->wait();
     if (i + kBuffers < count) issue(i + kBuffers);
   }
 }

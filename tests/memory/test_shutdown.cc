@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "memory/host_copy.hpp"
 #include "memory/memory.hpp"
 #include "test_check.hpp"
 
