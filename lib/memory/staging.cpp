@@ -24,11 +24,13 @@ constexpr int kBuffers = 4;
 constexpr int kSets = 2;  // copies at once; a third goes to the driver
 static_assert(size_t{kSets} * kBuffers * kBufferBytes == GPUMEM_COPY_STAGING_LIMIT);
 static_assert(size_t{kSets} <= kHostCopiesAtOnce);
+static_assert(kBuffers >= 2);  // a piece is copied on the host while the one before it is
 // Threads a staged copy's host side uses in each direction, at most (fewer where the process has
-// fewer cores or GPUMEM_COPY_THREADS says so). Measured on the H200 machine with bench_copy, 6, 10
-// and 16 threads: uploads gain up to all 16 cores (1 GiB: 24.8, 33.6, 36.5 GB/s), while downloads
-// peak at 6 (256 MiB: 39.5, 31.5, 24.9 GB/s), their copies into plain memory contending with the
-// copy engine's writes into the staging buffers.
+// fewer cores or GPUMEM_COPY_THREADS says so). Uploads gain up to all 16 cores of the H200 machine;
+// downloads, whose copies into plain memory contend with the copy engine's writes into the staging
+// buffers, ran best with 6 (bench_copy, 256 MiB and 1 GiB, three runs: 41-50 GB/s with 6, 41-45
+// with 8, 7-19 with 10 in one run). Eight buffers of 8 MiB (over GPUMEM_COPY_STAGING_LIMIT) gave
+// downloads 46-52 GB/s and uploads 39-45; two buffers a set, 12-38 in both directions.
 constexpr unsigned kUploadThreads = 16;
 constexpr unsigned kDownloadThreads = 6;
 
