@@ -26,7 +26,7 @@
 namespace gpumem::memory {
 namespace {
 
-// Host copies smaller than this stay on the calling thread: waking a worker costs more.
+// Host copies under twice this stay on the calling thread: waking a worker costs more.
 constexpr size_t kPieceBytes = size_t{128} << 10;
 
 // Copies with non-temporal stores where the machine has them. Neither destination is read by this
