@@ -88,7 +88,7 @@ class HostCopier {
 
   // Queues helpers for a copy large enough to share; the workers take its parts as they come free.
   void start(HostCopy& job, unsigned threads) {
-    if (job.c_.width * job.c_.rows * job.c_.slices / kPieceBytes <= 1 || job.parts_ <= 1) return;
+    if (threads <= 1 || job.c_.width * job.c_.rows * job.c_.slices / kPieceBytes <= 1 || job.parts_ <= 1) return;
     if (!started_.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> life(lifecycle_);
       if (!started_.load(std::memory_order_relaxed)) start_workers();
