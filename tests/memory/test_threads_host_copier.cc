@@ -63,8 +63,8 @@ void make_rows(Rows& r, std::mt19937_64& rng, size_t width, unsigned char poison
   const size_t target = (size_t{256} << 10) + rng() % (size_t{2} << 20);
   const size_t rows = std::max<size_t>(1, target / std::max(src_pitch, dst_pitch) / slices);
   const size_t src_slice = src_pitch * rows + rng() % 300, dst_slice = dst_pitch * rows + rng() % 300;
-  r.src.resize(src_slice * slices);
-  r.dst.assign(dst_slice * slices, poison);
+  r.src.resize(src_slice * (slices + 1));  // a slice more on both sides: a copy past the last one shows
+  r.dst.assign(dst_slice * (slices + 1), poison);
   for (size_t at = 0; at < r.src.size(); at += 8) {
     const uint64_t random = rng();
     std::memcpy(&r.src[at], &random, std::min<size_t>(8, r.src.size() - at));
