@@ -245,7 +245,7 @@ class HostCopier {
     }
   }
 
-  std::mutex lifecycle_;  // starting and joining the workers
+  std::mutex lifecycle_;              // starting and joining the workers
   std::vector<std::thread> threads_;  // under lifecycle_
   std::atomic<bool> started_{false};
   std::mutex mutex_;  // the queue, and what follows
