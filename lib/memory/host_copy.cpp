@@ -29,6 +29,13 @@ namespace {
 // Host copies under twice this stay on the calling thread: waking a worker costs more.
 constexpr size_t kPieceBytes = size_t{128} << 10;
 
+// A part of a copy that one thread takes at a time: whole rows up to this many bytes, else this
+// many bytes of one row. Parts taken as threads come free, rather than a fixed share each, keep
+// a thread slowed by the copy engine's traffic or the scheduler from holding up the rest
+// (measured on the H200 machine, 1 GiB staged through 4 MiB buffers: 38.5 to 40.9 GB/s to the
+// device, 30.2 to 45.6 GB/s from it).
+constexpr size_t kPartBytes = size_t{32} << 10;
+
 // Copies with non-temporal stores where the machine has them. Neither destination is read by this
 // thread again soon (the copy engine reads a staging buffer; the caller's memory was written for
 // later), so skipping the caches saves reading each destination line before writing it. Measured
@@ -150,13 +157,6 @@ class HostCopier {
     return true;
   }
 
-  // A part of a copy that one thread takes at a time: whole rows up to this many bytes, else this
-  // many bytes of one row. Parts taken as threads come free, rather than a fixed share each, keep
-  // a thread slowed by the copy engine's traffic or the scheduler from holding up the rest
-  // (measured on the H200 machine, 1 GiB staged through 4 MiB buffers: 38.5 to 40.9 GB/s to the
-  // device, 30.2 to 45.6 GB/s from it).
-  static constexpr size_t kPartBytes = size_t{32} << 10;
-
  private:
   // One worker per core this process may run on (its affinity, as a container's cpuset sets it)
   // but the calling thread's, at most kMaxWorkers, or GPUMEM_COPY_THREADS threads in all. A copy
@@ -265,14 +265,12 @@ HostCopier& host_copier() {
   return *c;
 }
 
-constexpr size_t kPart = HostCopier::kPartBytes;
-
 }  // namespace
 
 HostCopy::HostCopy(const RowCopy& copy, unsigned threads)
     : c_(copy),
-      rows_per_(c_.width && c_.width < kPart ? kPart / c_.width : 1),
-      cuts_(c_.width > kPart ? (c_.width + kPart - 1) / kPart : 1),
+      rows_per_(c_.width && c_.width < kPartBytes ? kPartBytes / c_.width : 1),
+      cuts_(c_.width > kPartBytes ? (c_.width + kPartBytes - 1) / kPartBytes : 1),
       parts_(c_.width ? (c_.rows * c_.slices + rows_per_ - 1) / rows_per_ * cuts_ : 0) {
   host_copier().start(*this, threads);
 }
