@@ -2,7 +2,8 @@
 // staging buffers, in 1D, 2D and 3D. The driver stages such copies too, one buffer at a time on one
 // thread; here several host threads (host_copy.cpp) fill or drain one buffer while the copy engine
 // moves another, so host copying and DMA overlap and the host side runs at the speed of several
-// cores. Pitched rows are packed into a buffer, as many whole rows of a slice as fit.
+// cores. Pitched rows are packed into a buffer, as many whole rows of a slice as fit
+// (staging_pieces.hpp).
 #include <algorithm>
 #include <atomic>
 #include <iterator>
@@ -13,13 +14,14 @@
 #include "gpumem/copy.h"
 #include "memory/host_copy.hpp"
 #include "memory/memory.hpp"
+#include "memory/staging_pieces.hpp"
 
 namespace gpumem::memory {
 namespace {
 
 // Below this the driver's own staging is as fast (measured on an H200: bench/bench_copy.cpp).
 constexpr size_t kThreshold = size_t{1} << 20;
-constexpr size_t kBufferBytes = size_t{4} << 20;
+constexpr size_t kBufferBytes = kStagingBufferBytes;
 constexpr int kBuffers = 4;
 constexpr int kSets = 2;  // copies at once; a third goes to the driver
 static_assert(size_t{kSets} * kBuffers * kBufferBytes == GPUMEM_COPY_STAGING_LIMIT);
@@ -184,41 +186,6 @@ void record(StagingSet& set, int b, CUstream stream) {
   }
   set.pending[b] = true;
 }
-
-size_t chunk_for(size_t size) {
-  // At least four chunks a copy, so that host copying and DMA overlap even in the smaller staged
-  // copies; no smaller than the driver calls each chunk costs are worth.
-  const size_t chunk = (size / 4 + 65535) & ~size_t{65535};
-  return std::clamp(chunk, size_t{512} << 10, kBufferBytes);
-}
-
-// A staged copy cut into the pieces that pass through one buffer each: whole slices where a slice
-// fits in a chunk, else whole rows of one slice where a row fits, else parts of one row (a 1D copy
-// is one row). A buffer holds its piece packed: rows width bytes apart, slices width x rows.
-struct Pieces {
-  struct Piece {
-    size_t x, y, z, width, rows, slices;
-  };
-  enum Mode { kSlices, kRows, kParts } mode;
-  size_t width, height, depth, chunk, per;  // per: slices, rows or bytes a piece
-
-  Pieces(size_t w, size_t h, size_t d) : width(w), height(h), depth(d), chunk(chunk_for(w * h * d)) {
-    mode = w * h <= chunk ? kSlices : w <= chunk ? kRows : kParts;
-    per = mode == kSlices ? chunk / (w * h) : mode == kRows ? chunk / w : chunk;
-  }
-  // Pieces a slice (kRows) or a row (kParts).
-  size_t per_group() const { return mode == kRows ? (height + per - 1) / per : (width + per - 1) / per; }
-  size_t count() const {
-    if (mode == kSlices) return (depth + per - 1) / per;
-    return per_group() * (mode == kRows ? depth : height * depth);
-  }
-  Piece operator[](size_t i) const {
-    if (mode == kSlices) return {0, 0, i * per, width, height, std::min(per, depth - i * per)};
-    const size_t group = i / per_group(), k = i % per_group();
-    if (mode == kRows) return {0, k * per, group, width, std::min(per, height - k * per), 1};
-    return {k * per, group % height, group / height, std::min(per, width - k * per), 1, 1};
-  }
-};
 
 char* at(const RowsAt& m, const Pieces::Piece& p) { return m.at + p.z * m.slice + p.y * m.pitch + p.x; }
 
