@@ -21,10 +21,9 @@ namespace {
 
 // Below this the driver's own staging is as fast (measured on an H200: bench/bench_copy.cpp).
 constexpr size_t kThreshold = size_t{1} << 20;
-constexpr size_t kBufferBytes = kStagingBufferBytes;
 constexpr int kBuffers = 4;
 constexpr int kSets = 2;  // copies at once; a third goes to the driver
-static_assert(size_t{kSets} * kBuffers * kBufferBytes == GPUMEM_COPY_STAGING_LIMIT);
+static_assert(size_t{kSets} * kBuffers * kStagingBufferBytes == GPUMEM_COPY_STAGING_LIMIT);
 static_assert(size_t{kSets} <= kHostCopiesAtOnce);
 static_assert(kBuffers >= 2);  // a piece is copied on the host while the one before it is
 // Threads a staged copy's host side uses in each direction, at most (fewer where the process has
@@ -90,7 +89,7 @@ void free_set(StagingSet& set) {
     if (!buffer) continue;
     driver::api().cuMemFreeHost(buffer);  // only fails once the driver has shut down, taking it along
     buffer = nullptr;
-    staging().held.fetch_sub(kBufferBytes, std::memory_order_relaxed);
+    staging().held.fetch_sub(kStagingBufferBytes, std::memory_order_relaxed);
   }
 }
 
@@ -112,9 +111,9 @@ bool prepare(StagingSet& set) {
   for (int b = 0; b < kBuffers; ++b) {
     if (set.buffers[b]) continue;
     void* p = nullptr;
-    if (a.cuMemHostAlloc(&p, kBufferBytes, CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS) return false;
+    if (a.cuMemHostAlloc(&p, kStagingBufferBytes, CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS) return false;
     set.buffers[b] = static_cast<char*>(p);
-    staging().held.fetch_add(kBufferBytes, std::memory_order_relaxed);
+    staging().held.fetch_add(kStagingBufferBytes, std::memory_order_relaxed);
   }
   CUcontext current = nullptr;
   driver::check(a.cuCtxGetCurrent(&current), "cuCtxGetCurrent");

@@ -7,7 +7,7 @@
 namespace gpumem::memory {
 
 constexpr size_t kStagingBufferBytes = size_t{4} << 20;
-// The smallest chunk: a smaller host copy is not worth spreading over threads.
+// The smallest chunk (staging_chunk).
 constexpr size_t kStagingMinPiece = size_t{512} << 10;
 
 // Bytes a piece of a staged copy of `size` bytes: at least four pieces a copy, so that host copying
@@ -18,9 +18,9 @@ constexpr size_t staging_chunk(size_t size) {
   return std::clamp(chunk, kStagingMinPiece, kStagingBufferBytes);
 }
 
-// A region of width bytes x height rows x depth slices (none of them 0) cut into pieces of at most one staging
-// buffer: whole slices where a slice fits in a chunk, else whole rows of one slice where a row
-// fits, else parts of one row (a 1D copy is one row). Each slice, or row, is cut into pieces of
+// A region of width bytes x height rows x depth slices (none of them 0) cut into pieces of at most
+// one staging buffer: whole slices where a slice fits in a chunk, else whole rows of one slice
+// where a row fits, else parts of one row (a 1D copy is one row). Each slice, or row, is cut into pieces of
 // equal size (rows and slices whole, parts in 4 KiB units), so that no piece is a small remainder
 // paying a piece's fixed costs for a few bytes (rows of 4 MiB + 8 bytes were a 4 MiB piece and an
 // 8-byte one each). Smaller pieces at the two ends of a long copy, to hide the pipeline's fill

@@ -27,7 +27,7 @@ struct Shape {
   size_t width, height, depth;
 };
 
-// The shapes staged copies take: 1D sizes around the threshold and where the ramp starts, the
+// The shapes staged copies take: 1D sizes around the threshold and the chunk sizes, the
 // benchmarks' 2D and 3D regions, rows longer than a buffer, slices longer than one.
 const Shape kShapes[] = {
     {MiB, 1, 1},          {MiB + 1, 1, 1},     {2 * MiB - 1, 1, 1},  {4 * MiB, 1, 1},  {5 * MiB + 7, 1, 1},
